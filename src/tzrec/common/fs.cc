@@ -1,0 +1,135 @@
+#include "tzrec/common/fs.h"
+
+#include <glob.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
+
+namespace fs = std::filesystem;
+
+namespace tzrec {
+
+std::vector<std::string> ExpandInputPaths(const std::string& comma_separated_patterns) {
+  std::set<std::string> unique;
+  std::vector<std::string> ordered;
+  for (const auto& raw : Split(comma_separated_patterns, ",")) {
+    std::string pattern(Trim(raw));
+    if (pattern.empty()) continue;
+    glob_t matches{};
+    int rc = glob(pattern.c_str(), 0, nullptr, &matches);
+    if (rc == GLOB_NOMATCH || matches.gl_pathc == 0) {
+      globfree(&matches);
+      Fail("input path pattern '", pattern, "' matches no file");
+    }
+    if (rc != 0) {
+      globfree(&matches);
+      Fail("cannot expand input path pattern '", pattern, "'");
+    }
+    std::vector<std::string> batch;
+    for (size_t i = 0; i < matches.gl_pathc; ++i) {
+      std::string path = matches.gl_pathv[i];
+      if (IsDirectory(path)) continue;
+      batch.push_back(path);
+    }
+    globfree(&matches);
+    std::sort(batch.begin(), batch.end());
+    for (auto& path : batch) {
+      if (unique.insert(path).second) ordered.push_back(path);
+    }
+  }
+  return ordered;
+}
+
+std::string ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail("cannot open file '", path, "'");
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+std::string TempSiblingPath(const std::string& final_path) {
+  static std::atomic<int> counter{0};
+  fs::path target(final_path);
+  std::string name = "." + target.filename().string() + ".tmp-" + std::to_string(getpid()) +
+                     "-" + std::to_string(counter++);
+  return (target.parent_path() / name).string();
+}
+
+void WriteFileAtomic(const std::string& path, const std::string& content) {
+  fs::path target(path);
+  if (target.has_parent_path()) MakeDirs(target.parent_path().string());
+  std::string tmp = TempSiblingPath(path);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) Fail("cannot write file '", tmp, "'");
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      Fail("failed writing file '", path, "'");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    Fail("cannot rename temp file into '", path, "'");
+  }
+}
+
+void AppendLine(const std::string& path, const std::string& line) {
+  std::ofstream out(path, std::ios::app | std::ios::binary);
+  if (!out) Fail("cannot open '", path, "' for appending");
+  out << line << '\n';
+  out.flush();
+  if (!out) Fail("failed appending to '", path, "'");
+}
+
+bool PathExists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+bool IsDirectory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+void MakeDirs(const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec && !IsDirectory(path)) Fail("cannot create directory '", path, "': ", ec.message());
+}
+
+void RemoveAll(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+std::string JoinPath(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  return (fs::path(a) / b).string();
+}
+
+std::vector<std::string> ListDirectory(const std::string& path) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace tzrec

@@ -1,0 +1,187 @@
+#include "tzrec/data/csv_reader.h"
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
+
+namespace tzrec {
+
+char ParseCsvDelimiter(const std::string& delimiter) {
+  if (delimiter.size() != 1) {
+    Fail("data_config.delimiter must be exactly one character, got '", Printable(delimiter), "'");
+  }
+  return delimiter[0];
+}
+
+CsvFileReader::CsvFileReader(std::string path, CsvOptions options)
+    : path_(std::move(path)), options_(std::move(options)), buffer_(1 << 20) {
+  file_ = std::fopen(path_.c_str(), "rb");
+  if (!file_) Fail("cannot open CSV file '", path_, "'");
+  if (options_.with_header) {
+    if (!ReadRecord()) Fail(path_, ": empty file, expected a header line");
+    names_.assign(fields_.begin(), fields_.begin() + num_fields_);
+    for (auto& name : names_) name = std::string(Trim(name));
+  } else {
+    if (options_.column_names.empty()) {
+      Fail(path_, ": CSV without header needs data_config.input_fields (or input_fields_str) ",
+           "to name its columns");
+    }
+    names_ = options_.column_names;
+  }
+  std::vector<std::string> wanted = options_.wanted_columns;
+  if (wanted.empty()) wanted = names_;
+  for (const auto& name : wanted) {
+    int index = -1;
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == name) {
+        index = static_cast<int>(i);
+        break;
+      }
+    }
+    if (index < 0) {
+      Fail(path_, ": column '", name, "' needed by the config is missing; columns are: ",
+           Join(names_, ", "));
+    }
+    wanted_index_.push_back(index);
+    auto type = options_.column_types.find(name);
+    wanted_type_.push_back(type == options_.column_types.end() ? ColumnType::kString
+                                                               : type->second);
+  }
+}
+
+CsvFileReader::~CsvFileReader() {
+  if (file_) std::fclose(file_);
+}
+
+int CsvFileReader::Peek() {
+  if (buffer_pos_ == buffer_len_) {
+    buffer_len_ = std::fread(buffer_.data(), 1, buffer_.size(), file_);
+    buffer_pos_ = 0;
+    if (buffer_len_ == 0) {
+      if (std::ferror(file_)) Fail("read error in '", path_, "'");
+      return EOF;
+    }
+  }
+  return static_cast<unsigned char>(buffer_[buffer_pos_]);
+}
+
+int CsvFileReader::Get() {
+  int c = Peek();
+  if (c != EOF) ++buffer_pos_;
+  return c;
+}
+
+bool CsvFileReader::ReadRecord() {
+  const char delim = options_.delimiter;
+  while (true) {
+    int c = Peek();
+    if (c == EOF) return false;
+    if (c == '\n') {  // skip empty lines
+      Get();
+      ++line_;
+      continue;
+    }
+    if (c == '\r') {
+      Get();
+      continue;
+    }
+    break;
+  }
+  record_line_ = line_;
+  num_fields_ = 0;
+  auto next_field = [&]() -> std::string& {
+    if (fields_.size() <= num_fields_) fields_.emplace_back();
+    std::string& field = fields_[num_fields_++];
+    field.clear();
+    return field;
+  };
+  std::string* field = &next_field();
+  bool quoted = false;
+  bool field_start = true;
+  while (true) {
+    int c = Get();
+    if (c == EOF) {
+      if (quoted) Fail(path_, ":", record_line_, ": unterminated quoted field");
+      return true;
+    }
+    if (quoted) {
+      if (c == '"') {
+        if (Peek() == '"') {
+          Get();
+          field->push_back('"');
+        } else {
+          quoted = false;
+        }
+      } else {
+        if (c == '\n') ++line_;
+        field->push_back(static_cast<char>(c));
+      }
+      continue;
+    }
+    if (c == '"' && field_start) {
+      quoted = true;
+      field_start = false;
+      continue;
+    }
+    if (c == delim) {
+      field = &next_field();
+      field_start = true;
+      continue;
+    }
+    if (c == '\n') {
+      ++line_;
+      return true;
+    }
+    if (c == '\r' && Peek() == '\n') continue;
+    field->push_back(static_cast<char>(c));
+    field_start = false;
+  }
+}
+
+bool CsvFileReader::Next(size_t max_rows, RecordBatch* out) {
+  out->source = path_;
+  out->line_numbers.clear();
+  out->columns.assign(wanted_index_.size(), Column());
+  for (size_t j = 0; j < wanted_index_.size(); ++j) {
+    out->columns[j].name = names_[wanted_index_[j]];
+    out->columns[j].type = wanted_type_[j];
+  }
+  while (out->line_numbers.size() < max_rows && ReadRecord()) {
+    if (num_fields_ != names_.size()) {
+      Fail(path_, ":", record_line_, ": expected ", names_.size(), " columns, got ", num_fields_);
+    }
+    out->line_numbers.push_back(record_line_);
+    for (size_t j = 0; j < wanted_index_.size(); ++j) {
+      const std::string& text = fields_[wanted_index_[j]];
+      Column& column = out->columns[j];
+      bool present = !text.empty();
+      switch (column.type) {
+        case ColumnType::kString:
+          column.AppendString(text, present);
+          break;
+        case ColumnType::kInt64: {
+          int64_t value = 0;
+          if (present && !ParseInt64(text, &value)) {
+            Fail(path_, ":", record_line_, ": column '", column.name, "': '", Printable(text),
+                 "' is not an integer");
+          }
+          column.ints.push_back(value);
+          column.valid.push_back(present);
+          break;
+        }
+        case ColumnType::kDouble: {
+          double value = 0;
+          if (present && !ParseDouble(text, &value)) {
+            Fail(path_, ":", record_line_, ": column '", column.name, "': '", Printable(text),
+                 "' is not a number");
+          }
+          column.doubles.push_back(value);
+          column.valid.push_back(present);
+          break;
+        }
+      }
+    }
+  }
+  return !out->line_numbers.empty();
+}
+
+}  // namespace tzrec

@@ -1,0 +1,67 @@
+// Streaming CSV reader producing RecordBatches (no LibTorch).
+//
+// RFC 4180 quoting ("a,b" and "" escapes, quoted newlines), \n or \r\n line ends, empty lines
+// skipped, empty fields read as null. Columns come from the header (with_header) or from the
+// declared input fields; declared INT32/INT64/FLOAT/DOUBLE columns are converted while
+// reading and a bad number fails naming file, line and column. Only the wanted columns are
+// materialised. Not thread-safe; use one reader per thread.
+#pragma once
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tzrec/data/record_batch.h"
+
+namespace tzrec {
+
+struct CsvOptions {
+  char delimiter = ',';
+  bool with_header = false;
+  // Column names in file order; required when !with_header. With a header, the header wins
+  // and these only supply types.
+  std::vector<std::string> column_names;
+  std::map<std::string, ColumnType> column_types;  // absent = kString
+  // Columns to materialise; empty = all.
+  std::vector<std::string> wanted_columns;
+};
+
+class CsvFileReader {
+ public:
+  CsvFileReader(std::string path, CsvOptions options);
+  ~CsvFileReader();
+  CsvFileReader(const CsvFileReader&) = delete;
+  CsvFileReader& operator=(const CsvFileReader&) = delete;
+
+  // Reads up to `max_rows` rows into `out` (replacing its contents). Returns false when the
+  // file is exhausted and no row was read.
+  bool Next(size_t max_rows, RecordBatch* out);
+  const std::vector<std::string>& column_names() const { return names_; }
+
+ private:
+  bool ReadRecord();  // fills fields_, record_line_; false at EOF
+  int Peek();
+  int Get();
+
+  std::string path_;
+  CsvOptions options_;
+  FILE* file_ = nullptr;
+  std::vector<char> buffer_;
+  size_t buffer_pos_ = 0;
+  size_t buffer_len_ = 0;
+  int64_t line_ = 1;
+  std::vector<std::string> fields_;
+  size_t num_fields_ = 0;
+  int64_t record_line_ = 0;
+  std::vector<std::string> names_;
+  std::vector<int> wanted_index_;           // file column index of each output column
+  std::vector<ColumnType> wanted_type_;
+};
+
+// Parses a delimiter setting: exactly one character (escape sequences already decoded by
+// the config parser).
+char ParseCsvDelimiter(const std::string& delimiter);
+
+}  // namespace tzrec

@@ -1,0 +1,100 @@
+// Dataset: files -> parsed, batch-sized ParsedBatches, read by worker threads (no LibTorch).
+//
+// Mirrors TorchEasyRec's CsvDataset: comma-separated glob lists, whole files assigned
+// round-robin to `num_workers` reader threads, batches of exactly `batch_size` rows per worker
+// (a worker's last partial batch is dropped iff drop_remainder), optional shuffle of file
+// order and of a buffer of `shuffle_buffer_size` batches (train only), and a bounded prefetch
+// queue. With in_order the stream takes batches from workers round-robin, so a run is
+// reproducible for a fixed seed and worker count.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tzrec/data/csv_reader.h"
+#include "tzrec/data/parsed_batch.h"
+#include "tzrec/features/feature.h"
+#include "tzrec/protos/data.pb.h"
+
+namespace tzrec {
+
+enum class DatasetMode { kTrain, kEval };
+
+struct DatasetOptions {
+  std::vector<std::string> files;
+  CsvOptions csv;
+  int64_t batch_size = 1024;
+  bool drop_remainder = false;
+  bool shuffle = false;
+  int shuffle_buffer_size = 32;  // in batches
+  int num_workers = 1;
+  bool in_order = true;
+  uint64_t seed = 0;
+  std::vector<std::string> label_fields;
+  std::vector<std::string> sample_weight_fields;
+  size_t prefetch_batches = 4;  // per worker
+};
+
+class BatchStream;
+
+class Dataset {
+ public:
+  // `features` must outlive the dataset.
+  Dataset(const protos::DataConfig& data_config, std::vector<const Feature*> features,
+          const std::string& input_path, DatasetMode mode, uint64_t seed);
+  Dataset(DatasetOptions options, std::vector<const Feature*> features);
+
+  // Starts one pass over the data; `epoch` varies the shuffle.
+  std::unique_ptr<BatchStream> Open(int64_t epoch) const;
+  const DatasetOptions& options() const { return options_; }
+
+  // Parses one chunk of rows (one file's rows) into features, labels and weights.
+  ParsedBatch ParseRecords(const RecordBatch& records) const;
+
+ private:
+  DatasetOptions options_;
+  std::vector<const Feature*> features_;
+};
+
+// One pass over a dataset. Next() blocks until a batch is ready; errors from reader threads
+// are rethrown there. Destroying the stream stops the workers.
+class BatchStream {
+ public:
+  BatchStream(const Dataset* dataset, int64_t epoch);
+  ~BatchStream();
+  BatchStream(const BatchStream&) = delete;
+  BatchStream& operator=(const BatchStream&) = delete;
+
+  // Returns false when the pass is complete.
+  bool Next(ParsedBatch* out);
+
+ private:
+  struct WorkerQueue {
+    std::deque<ParsedBatch> batches;
+    bool done = false;
+  };
+  void RunWorker(int worker, std::vector<std::string> files);
+  void Push(int worker, ParsedBatch batch);
+
+  const Dataset* dataset_;
+  int64_t epoch_;
+  std::mutex mutex_;
+  std::condition_variable ready_;     // consumer waits
+  std::condition_variable has_room_;  // workers wait
+  std::vector<WorkerQueue> queues_;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  size_t next_worker_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+// Maps data_config.input_fields / input_fields_str to CSV column names and types.
+void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options);
+
+}  // namespace tzrec

@@ -1,0 +1,45 @@
+// A batch of parsed features and labels in plain C++ vectors (no LibTorch).
+//
+// This is what reader threads produce; the trainer turns it into tensors (train/batch.h)
+// without copying. Sparse features are jagged: `values` holds the ids of all rows back to
+// back and `lengths[i]` how many belong to row i.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tzrec {
+
+struct SparseValues {
+  std::vector<int64_t> values;
+  std::vector<int32_t> lengths;
+  void Append(const SparseValues& other) {
+    values.insert(values.end(), other.values.begin(), other.values.end());
+    lengths.insert(lengths.end(), other.lengths.begin(), other.lengths.end());
+  }
+};
+
+struct DenseValues {
+  int32_t dim = 1;
+  std::vector<float> values;  // row-major [rows, dim]
+  void Append(const DenseValues& other) {
+    values.insert(values.end(), other.values.begin(), other.values.end());
+  }
+};
+
+struct ParsedBatch {
+  int64_t size = 0;
+  std::map<std::string, SparseValues> sparse;     // by feature name
+  std::map<std::string, DenseValues> dense;       // by feature name
+  std::map<std::string, std::vector<float>> labels;          // by label field
+  std::map<std::string, std::vector<float>> sample_weights;  // by weight field
+
+  // Appends all rows of `other` (which must have the same keys).
+  void Append(const ParsedBatch& other);
+  // Moves rows [begin, end) into a new batch.
+  ParsedBatch Slice(int64_t begin, int64_t end) const;
+};
+
+}  // namespace tzrec

@@ -1,0 +1,131 @@
+#include "tzrec/embedding/embedding_group.h"
+
+#include <ATen/ops/cat.h>
+
+#include "tzrec/common/error.h"
+#include "tzrec/embedding/pooled_lookup.h"
+
+namespace tzrec {
+
+EmbeddingGroup::EmbeddingGroup(
+    const std::vector<const Feature*>& features,
+    const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,
+    int wide_embedding_dim) {
+  std::map<std::string, const Feature*> by_name;
+  for (const Feature* f : features) by_name[f->name()] = f;
+  for (int g = 0; g < groups.size(); ++g) {
+    const auto& group = groups.Get(g);
+    std::string where = StrCat("model_config.feature_groups[", g, "]");
+    if (group.group_type() != protos::DEEP && group.group_type() != protos::WIDE) {
+      Fail(where, ".group_type: ", protos::FeatureGroupType_Name(group.group_type()),
+           " not supported yet (supported: DEEP, WIDE)");
+    }
+    if (groups_.count(group.group_name())) {
+      Fail(where, ".group_name: duplicate group '", group.group_name(), "'");
+    }
+    if (group.feature_names_size() == 0) Fail(where, ".feature_names is empty");
+    const bool wide = group.group_type() == protos::WIDE;
+    std::vector<Member> members;
+    for (const auto& feature_name : group.feature_names()) {
+      auto it = by_name.find(feature_name);
+      if (it == by_name.end()) {
+        Fail(where, ".feature_names: unknown feature '", feature_name, "'");
+      }
+      const Feature* feature = it->second;
+      Member member;
+      member.feature = feature;
+      if (feature->is_sparse()) {
+        int dim = wide ? wide_embedding_dim : feature->embedding_dim();
+        std::string table_name = feature->embedding_name() + (wide ? "_wide" : "");
+        EmbeddingTable* table = GetOrCreateTable(table_name, feature->num_embeddings(), dim,
+                                                 where + " feature '" + feature_name + "'");
+        member.lookup = GetOrCreateLookup(feature, table);
+        member.dim = dim;
+      } else {
+        if (wide) {
+          Fail(where, ": WIDE groups take sparse features only, '", feature_name, "' is dense");
+        }
+        member.dim = feature->value_dim();
+      }
+      members.push_back(member);
+    }
+    groups_[group.group_name()] = std::move(members);
+    group_order_.push_back(group.group_name());
+  }
+}
+
+EmbeddingTable* EmbeddingGroup::GetOrCreateTable(const std::string& name, int64_t rows, int dim,
+                                                 const std::string& where) {
+  auto it = table_by_name_.find(name);
+  if (it != table_by_name_.end()) {
+    if (it->second->rows() != rows || it->second->dim() != dim) {
+      Fail(where, ": embedding '", name, "' is shared with shape [", it->second->rows(), ", ",
+           it->second->dim(), "] but this feature needs [", rows, ", ", dim, "]");
+    }
+    return it->second;
+  }
+  tables_.push_back(std::make_unique<EmbeddingTable>(name, rows, dim));
+  table_by_name_[name] = tables_.back().get();
+  return tables_.back().get();
+}
+
+int EmbeddingGroup::GetOrCreateLookup(const Feature* feature, EmbeddingTable* table) {
+  for (size_t i = 0; i < lookups_.size(); ++i) {
+    if (lookups_[i].feature == feature && lookups_[i].table == table) return static_cast<int>(i);
+  }
+  lookups_.push_back({feature, table});
+  return static_cast<int>(lookups_.size() - 1);
+}
+
+const std::vector<EmbeddingGroup::Member>& EmbeddingGroup::Members(const std::string& name) const {
+  auto it = groups_.find(name);
+  if (it == groups_.end()) Fail("model needs feature group '", name, "' which the config lacks");
+  return it->second;
+}
+
+std::vector<int> EmbeddingGroup::GroupDims(const std::string& name) const {
+  std::vector<int> dims;
+  for (const auto& m : Members(name)) dims.push_back(m.dim);
+  return dims;
+}
+
+int EmbeddingGroup::GroupTotalDim(const std::string& name) const {
+  int total = 0;
+  for (const auto& m : Members(name)) total += m.dim;
+  return total;
+}
+
+std::vector<EmbeddingTable*> EmbeddingGroup::tables() const {
+  std::vector<EmbeddingTable*> out;
+  for (const auto& t : tables_) out.push_back(t.get());
+  return out;
+}
+
+std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch,
+                                                          bool track_gradient) {
+  std::vector<at::Tensor> pooled(lookups_.size());
+  for (size_t i = 0; i < lookups_.size(); ++i) {
+    const Lookup& lookup = lookups_[i];
+    auto it = batch.sparse.find(lookup.feature->name());
+    TZREC_CHECK(it != batch.sparse.end(), "batch lacks sparse feature ", lookup.feature->name());
+    pooled[i] = PooledLookup(lookup.table, it->second.values, it->second.offsets,
+                             lookup.feature->pooling() == "mean", track_gradient);
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& name : group_order_) {
+    std::vector<at::Tensor> parts;
+    for (const auto& m : groups_.at(name)) {
+      if (m.lookup >= 0) {
+        parts.push_back(pooled[m.lookup]);
+      } else {
+        auto it = batch.dense.find(m.feature->name());
+        TZREC_CHECK(it != batch.dense.end(), "batch lacks dense feature ", m.feature->name());
+        parts.push_back(it->second);
+      }
+    }
+    out[name] = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
+  }
+  return out;
+}
+
+}  // namespace tzrec

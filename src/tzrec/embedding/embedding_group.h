@@ -1,0 +1,64 @@
+// EmbeddingGroup: turns a Batch into one tensor per feature group of the model config.
+//
+// DEEP groups concatenate, in feature_names order, the pooled embedding of each sparse
+// feature and the raw values of each dense feature -> [B, total_dim]. WIDE groups hold sparse
+// features only, each looked up in its own "<embedding_name>_wide" table of
+// `wide_embedding_dim` columns. Features naming the same embedding_name share one table
+// (rows and dims must agree); a feature used by several groups is looked up once per table.
+// Models never touch tables: they see {group_name: Tensor}. Not thread-safe (one per model).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tzrec/embedding/embedding_table.h"
+#include "tzrec/features/feature.h"
+#include "tzrec/protos/model.pb.h"
+#include "tzrec/train/batch.h"
+
+namespace tzrec {
+
+class EmbeddingGroup {
+ public:
+  EmbeddingGroup(const std::vector<const Feature*>& features,
+                 const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,
+                 int wide_embedding_dim);
+
+  bool HasGroup(const std::string& name) const { return groups_.count(name) > 0; }
+  // Output width of each feature of a group, in order.
+  std::vector<int> GroupDims(const std::string& name) const;
+  int GroupTotalDim(const std::string& name) const;
+  const std::vector<std::string>& group_names() const { return group_order_; }
+
+  // `track_gradient`: record gradients for the sparse optimizer (training).
+  std::map<std::string, at::Tensor> Forward(const Batch& batch, bool track_gradient);
+
+  std::vector<EmbeddingTable*> tables() const;
+
+ private:
+  struct Lookup {
+    const Feature* feature;
+    EmbeddingTable* table;
+  };
+  struct Member {
+    const Feature* feature;
+    int lookup = -1;  // index into lookups_, -1 for dense features
+    int dim = 0;
+  };
+  EmbeddingTable* GetOrCreateTable(const std::string& name, int64_t rows, int dim,
+                                   const std::string& where);
+  int GetOrCreateLookup(const Feature* feature, EmbeddingTable* table);
+  const std::vector<Member>& Members(const std::string& name) const;
+
+  std::vector<std::unique_ptr<EmbeddingTable>> tables_;
+  std::map<std::string, EmbeddingTable*> table_by_name_;
+  std::vector<Lookup> lookups_;
+  std::map<std::string, std::vector<Member>> groups_;
+  std::vector<std::string> group_order_;
+};
+
+}  // namespace tzrec

@@ -1,0 +1,11 @@
+// Second-order factorization machine term over per-feature embeddings.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace tzrec {
+
+// x: [B, N, D] -> [B, D] with 0.5 * ((sum_n x)^2 - sum_n x^2).
+at::Tensor FactorizationMachine(const at::Tensor& x);
+
+}  // namespace tzrec

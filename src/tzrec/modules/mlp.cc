@@ -1,0 +1,138 @@
+#include "tzrec/modules/mlp.h"
+
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <map>
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
+
+namespace tzrec {
+namespace {
+
+// Parses "nn.Name(k=v, k=v)" into name and arguments.
+void ParseActivation(const std::string& text, std::string* name,
+                     std::map<std::string, double>* args, const std::string& where) {
+  std::string spec(Trim(text));
+  if (StartsWith(spec, "torch.")) spec = spec.substr(6);
+  size_t paren = spec.find('(');
+  *name = spec.substr(0, paren);
+  if (paren == std::string::npos) return;
+  if (spec.back() != ')') Fail(where, ".activation: malformed '", text, "'");
+  std::string inner = spec.substr(paren + 1, spec.size() - paren - 2);
+  for (auto piece : SplitView(inner, ",")) {
+    std::string item(Trim(piece));
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    double value;
+    if (eq == std::string::npos || !ParseDouble(item.substr(eq + 1), &value)) {
+      Fail(where, ".activation: argument '", item, "' of '", text,
+           "' not supported yet (only numeric keyword arguments)");
+    }
+    (*args)[std::string(Trim(item.substr(0, eq)))] = value;
+  }
+}
+
+double TakeArg(std::map<std::string, double>* args, const std::string& key, double fallback) {
+  auto it = args->find(key);
+  if (it == args->end()) return fallback;
+  double value = it->second;
+  args->erase(it);
+  return value;
+}
+
+}  // namespace
+
+torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hidden_size,
+                                      const std::string& where) {
+  std::string name;
+  std::map<std::string, double> args;
+  ParseActivation(activation, &name, &args, where);
+  torch::nn::AnyModule module;
+  if (name == "nn.ReLU") {
+    module = torch::nn::AnyModule(torch::nn::ReLU());
+  } else if (name == "nn.Sigmoid") {
+    module = torch::nn::AnyModule(torch::nn::Sigmoid());
+  } else if (name == "nn.Tanh") {
+    module = torch::nn::AnyModule(torch::nn::Tanh());
+  } else if (name == "nn.GELU") {
+    module = torch::nn::AnyModule(torch::nn::GELU());
+  } else if (name == "nn.SiLU") {
+    module = torch::nn::AnyModule(torch::nn::SiLU());
+  } else if (name == "nn.ELU") {
+    module = torch::nn::AnyModule(torch::nn::ELU(torch::nn::ELUOptions().alpha(TakeArg(&args, "alpha", 1.0))));
+  } else if (name == "nn.LeakyReLU") {
+    module = torch::nn::AnyModule(torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(
+                                      TakeArg(&args, "negative_slope", 0.01))));
+  } else if (name == "nn.PReLU") {
+    module = torch::nn::AnyModule(torch::nn::PReLU(torch::nn::PReLUOptions()
+                                  .num_parameters(static_cast<int64_t>(
+                                      TakeArg(&args, "num_parameters", 1)))
+                                  .init(TakeArg(&args, "init", 0.25))));
+  } else {
+    Fail(where, ".activation: '", activation,
+         "' not supported yet (supported: nn.ReLU, nn.Sigmoid, nn.Tanh, nn.GELU, nn.SiLU, "
+         "nn.ELU, nn.LeakyReLU, nn.PReLU)");
+  }
+  if (!args.empty()) {
+    Fail(where, ".activation: argument '", args.begin()->first, "' of '", activation,
+         "' not supported yet");
+  }
+  (void)hidden_size;
+  return module;
+}
+
+PerceptronImpl::PerceptronImpl(int64_t in_features, int64_t out_features,
+                               const std::string& activation, bool use_bn, bool bias,
+                               double dropout_ratio, bool use_ln, const std::string& where) {
+  if (use_bn && use_ln) Fail(where, ": use_bn and use_ln cannot both be true");
+  perceptron_->push_back(torch::nn::Linear(
+      torch::nn::LinearOptions(in_features, out_features).bias(use_bn ? false : bias)));
+  if (use_bn) perceptron_->push_back(torch::nn::BatchNorm1d(out_features));
+  if (use_ln) {
+    perceptron_->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({out_features})));
+  }
+  if (!activation.empty()) {
+    perceptron_->push_back(CreateActivation(activation, out_features, where));
+  }
+  if (dropout_ratio > 0.0) perceptron_->push_back(torch::nn::Dropout(dropout_ratio));
+  register_module("perceptron", perceptron_);
+}
+
+at::Tensor PerceptronImpl::forward(const at::Tensor& input) { return perceptron_->forward(input); }
+
+MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::string& where) {
+  const int layers = config.hidden_units_size();
+  if (layers == 0) Fail(where, ".hidden_units is empty");
+  std::vector<double> dropout(layers, 0.0);
+  if (config.dropout_ratio_size() == 1) {
+    dropout.assign(layers, config.dropout_ratio(0));
+  } else if (config.dropout_ratio_size() > 1) {
+    if (config.dropout_ratio_size() != layers) {
+      Fail(where, ".dropout_ratio has ", config.dropout_ratio_size(),
+           " entries but hidden_units has ", layers);
+    }
+    for (int i = 0; i < layers; ++i) dropout[i] = config.dropout_ratio(i);
+  }
+  int64_t in = in_features;
+  for (int i = 0; i < layers; ++i) {
+    int64_t out = config.hidden_units(i);
+    mlp_->push_back(Perceptron(in, out, config.activation(), config.use_bn(), config.bias(),
+                               dropout[i], config.use_ln(), where));
+    in = out;
+  }
+  output_dim_ = in;
+  register_module("mlp", mlp_);
+}
+
+at::Tensor MLPImpl::forward(const at::Tensor& input) {
+  at::Tensor net = input;
+  for (const auto& layer : *mlp_) net = layer->as<PerceptronImpl>()->forward(net);
+  return net;
+}
+
+}  // namespace tzrec

@@ -1,0 +1,50 @@
+// MLP as configured by `MLP {hidden_units, dropout_ratio, activation, use_bn, bias, use_ln}`.
+//
+// Each layer is Linear -> [BatchNorm1d] -> [LayerNorm] -> activation -> [Dropout]; with
+// use_bn the Linear has no bias. Parameter names follow TorchEasyRec's module paths
+// (mlp.<i>.perceptron.<j>.weight) so checkpoints read naturally.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+
+#include "tzrec/protos/module.pb.h"
+
+namespace tzrec {
+
+class PerceptronImpl : public torch::nn::Module {
+ public:
+  PerceptronImpl(int64_t in_features, int64_t out_features, const std::string& activation,
+                 bool use_bn, bool bias, double dropout_ratio, bool use_ln,
+                 const std::string& where);
+  at::Tensor forward(const at::Tensor& input);
+
+ private:
+  torch::nn::Sequential perceptron_;
+};
+TORCH_MODULE(Perceptron);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  // `where` names the config field for errors, e.g. "model_config.deepfm.deep".
+  MLPImpl(int64_t in_features, const protos::MLP& config, const std::string& where);
+  at::Tensor forward(const at::Tensor& input);
+  int64_t output_dim() const { return output_dim_; }
+
+ private:
+  torch::nn::ModuleList mlp_;
+  int64_t output_dim_;
+};
+TORCH_MODULE(MLP);
+
+// Builds an activation module from a TorchEasyRec activation string ("nn.ReLU",
+// "torch.nn.LeakyReLU(negative_slope=0.1)", ...). Unknown ones fail naming `where`.
+torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hidden_size,
+                                      const std::string& where);
+
+}  // namespace tzrec

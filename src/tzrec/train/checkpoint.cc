@@ -1,0 +1,204 @@
+#include "tzrec/train/checkpoint.h"
+
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/fs.h"
+#include "tzrec/common/logging.h"
+#include "tzrec/common/strings.h"
+
+namespace tzrec {
+namespace {
+
+constexpr char kPrefix[] = "model.ckpt-";
+
+std::string TableKey(const EmbeddingTable& table) {
+  return "embedding_group." + table.name() + ".weight";
+}
+
+void WriteTensorDict(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& kv : tensors) dict.insert(kv.first, kv.second);
+  std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  WriteFileAtomic(path, std::string(bytes.begin(), bytes.end()));
+}
+
+std::map<std::string, at::Tensor> ReadTensorDict(const std::string& path) {
+  std::string bytes = ReadFileToString(path);
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const std::exception& e) {
+    Fail("cannot read checkpoint file '", path, "': ", e.what());
+  }
+  if (!value.isGenericDict()) Fail("checkpoint file '", path, "' is not a tensor dict");
+  std::map<std::string, at::Tensor> out;
+  for (const auto& entry : value.toGenericDict()) {
+    out[entry.key().toStringRef()] = entry.value().toTensor();
+  }
+  return out;
+}
+
+// Name -> tensor of everything the model holds (dense state and tables).
+std::map<std::string, at::Tensor> ModelTensors(Model& model) {
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& item : model.named_parameters()) tensors[item.key()] = item.value();
+  for (const auto& item : model.named_buffers()) tensors[item.key()] = item.value();
+  for (EmbeddingTable* table : model.embedding_group().tables()) {
+    tensors[TableKey(*table)] = table->weight();
+  }
+  return tensors;
+}
+
+int64_t StepOf(const std::string& name) {
+  int64_t step = 0;
+  if (!StartsWith(name, kPrefix) || !ParseInt64(name.substr(sizeof(kPrefix) - 1), &step)) {
+    return -1;
+  }
+  return step;
+}
+
+}  // namespace
+
+std::vector<CheckpointRef> ListCheckpoints(const std::string& model_dir) {
+  std::vector<CheckpointRef> found;
+  if (!IsDirectory(model_dir)) return found;
+  for (const auto& name : ListDirectory(model_dir)) {
+    int64_t step = StepOf(name);
+    std::string path = JoinPath(model_dir, name);
+    if (step >= 0 && IsDirectory(path)) found.push_back({path, step});
+  }
+  std::sort(found.begin(), found.end(),
+            [](const CheckpointRef& a, const CheckpointRef& b) { return a.step < b.step; });
+  return found;
+}
+
+std::optional<CheckpointRef> LatestCheckpoint(const std::string& path) {
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  std::string base = trimmed.substr(trimmed.find_last_of('/') + 1);
+  if (StepOf(base) >= 0 || PathExists(JoinPath(trimmed, "model.pt"))) {
+    if (!IsDirectory(trimmed)) return std::nullopt;
+    return CheckpointRef{trimmed, std::max<int64_t>(0, StepOf(base))};
+  }
+  auto all = ListCheckpoints(trimmed);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const TrainingState& state,
+                           int keep_checkpoint_max) {
+  std::string final_path = JoinPath(model_dir, kPrefix + std::to_string(step));
+  if (IsDirectory(final_path)) return final_path;
+  std::string tmp = TempSiblingPath(final_path);
+  MakeDirs(tmp);
+  try {
+    WriteTensorDict(JoinPath(tmp, "model.pt"), ModelTensors(*state.model));
+    std::map<std::string, at::Tensor> sparse_state;
+    for (EmbeddingTable* table : state.model->embedding_group().tables()) {
+      for (auto& kv : table->optimizer_state()) {
+        sparse_state[TableKey(*table) + "." + kv.first] = kv.second;
+      }
+    }
+    WriteTensorDict(JoinPath(tmp, "optimizer.pt"), sparse_state);
+    if (state.dense_optimizer) {
+      torch::serialize::OutputArchive archive;
+      state.dense_optimizer->save(archive);
+      std::ostringstream bytes;
+      archive.save_to(bytes);
+      WriteFileAtomic(JoinPath(tmp, "dense_optimizer.pt"), bytes.str());
+    }
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      WriteTensorDict(JoinPath(tmp, "train_state.pt"), {{"rng_state", gen.get_state()}});
+    }
+    nlohmann::json meta = {{"format", "tzrec-cpp-checkpoint/1"}, {"global_step", step}};
+    WriteFileAtomic(JoinPath(tmp, "meta.json"), meta.dump() + "\n");
+    if (std::rename(tmp.c_str(), final_path.c_str()) != 0) {
+      Fail("cannot move checkpoint into place at '", final_path, "'");
+    }
+  } catch (...) {
+    RemoveAll(tmp);
+    throw;
+  }
+  LOG_INFO << "Saved checkpoint " << final_path;
+  if (keep_checkpoint_max > 0) {
+    auto all = ListCheckpoints(model_dir);
+    for (size_t i = 0; i + keep_checkpoint_max < all.size(); ++i) {
+      RemoveAll(all[i].path);
+      LOG_INFO << "Removed old checkpoint " << all[i].path;
+    }
+  }
+  return final_path;
+}
+
+void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& state,
+                       const RestoreOptions& options) {
+  std::string model_file = JoinPath(checkpoint_path, "model.pt");
+  if (!PathExists(model_file)) Fail("checkpoint '", checkpoint_path, "' has no model.pt");
+  auto saved = ReadTensorDict(model_file);
+  c10::NoGradGuard no_grad;
+  size_t restored = 0;
+  for (auto& kv : ModelTensors(*state.model)) {
+    auto it = saved.find(kv.first);
+    if (it == saved.end()) {
+      LOG_WARNING << "Skip restore state [" << kv.first << "]: not in " << checkpoint_path;
+      continue;
+    }
+    if (it->second.sizes() != kv.second.sizes()) {
+      Fail("checkpoint '", checkpoint_path, "': state [", kv.first, "] has shape ",
+           it->second.sizes(), " but the model needs ", kv.second.sizes());
+    }
+    kv.second.copy_(it->second);
+    ++restored;
+  }
+  LOG_INFO << "Restored " << restored << " tensors from " << checkpoint_path;
+  if (options.restore_optimizer) {
+    std::string sparse_file = JoinPath(checkpoint_path, "optimizer.pt");
+    if (PathExists(sparse_file)) {
+      auto sparse = ReadTensorDict(sparse_file);
+      for (EmbeddingTable* table : state.model->embedding_group().tables()) {
+        for (auto& kv : table->optimizer_state()) {
+          auto it = sparse.find(TableKey(*table) + "." + kv.first);
+          if (it == sparse.end() || it->second.sizes() != kv.second.sizes()) {
+            LOG_WARNING << "Skip restore optimizer state [" << TableKey(*table) << "."
+                        << kv.first << "]";
+            continue;
+          }
+          kv.second.copy_(it->second);
+        }
+      }
+    }
+    std::string dense_file = JoinPath(checkpoint_path, "dense_optimizer.pt");
+    if (state.dense_optimizer && PathExists(dense_file)) {
+      torch::serialize::InputArchive archive;
+      archive.load_from(dense_file);
+      state.dense_optimizer->load(archive);
+    }
+  }
+  std::string state_file = JoinPath(checkpoint_path, "train_state.pt");
+  if (options.restore_rng && PathExists(state_file)) {
+    auto train_state = ReadTensorDict(state_file);
+    auto it = train_state.find("rng_state");
+    if (it != train_state.end()) {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(it->second);
+    }
+  }
+}
+
+}  // namespace tzrec

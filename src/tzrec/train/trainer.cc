@@ -1,0 +1,304 @@
+#include "tzrec/train/trainer.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/optim/optimizer.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/fs.h"
+#include "tzrec/common/logging.h"
+#include "tzrec/config/edit_config.h"
+#include "tzrec/config/pipeline_config.h"
+#include "tzrec/config/supported_fields.h"
+#include "tzrec/data/dataset.h"
+#include "tzrec/models/model.h"
+#include "tzrec/optim/dense_optimizer.h"
+#include "tzrec/train/batch.h"
+#include "tzrec/train/checkpoint.h"
+#include "tzrec/train/runtime.h"
+#include "tzrec/version.h"
+
+namespace tzrec {
+namespace {
+
+constexpr char kTrainEvalResultFile[] = "train_eval_result_v2.txt";
+
+// Everything built from a config: features, model and optimizers.
+struct Pipeline {
+  std::vector<std::unique_ptr<Feature>> features;
+  std::shared_ptr<Model> model;
+  std::unique_ptr<SparseOptimizer> sparse_optimizer;
+  std::unique_ptr<torch::optim::Optimizer> dense_optimizer;
+
+  std::vector<const Feature*> FeaturePointers() const {
+    std::vector<const Feature*> out;
+    for (const auto& f : features) out.push_back(f.get());
+    return out;
+  }
+  TrainingState State() {
+    return {model.get(), sparse_optimizer.get(), dense_optimizer.get()};
+  }
+};
+
+Pipeline BuildPipeline(const protos::EasyRecConfig& config, bool with_optimizers) {
+  Pipeline p;
+  const auto& data = config.data_config();
+  p.features = CreateFeatures(config.feature_configs(), data);
+  p.model = CreateModel(config.model_config(), p.FeaturePointers(),
+                        {data.label_fields().begin(), data.label_fields().end()},
+                        {data.sample_weight_fields().begin(), data.sample_weight_fields().end()});
+  p.sparse_optimizer = SparseOptimizer::Create(config.train_config().sparse_optimizer());
+  for (EmbeddingTable* table : p.model->embedding_group().tables()) {
+    p.sparse_optimizer->InitState(table);
+  }
+  if (with_optimizers) {
+    p.dense_optimizer =
+        CreateDenseOptimizer(config.train_config().dense_optimizer(), p.model->parameters());
+  }
+  return p;
+}
+
+std::string FormatMetrics(const std::map<std::string, double>& metrics) {
+  std::string text;
+  for (const auto& kv : metrics) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s%s:%0.6f", text.empty() ? "" : " ", kv.first.c_str(),
+                  kv.second);
+    text += buf;
+  }
+  return text;
+}
+
+std::map<std::string, double> RunEvaluation(Model& model, const Dataset& dataset,
+                                            const protos::EvalConfig& eval_config,
+                                            int64_t global_step, int64_t epoch,
+                                            const std::string& result_file) {
+  model.eval();
+  model.ResetMetrics();
+  c10::NoGradGuard no_grad;
+  auto stream = dataset.Open(0);
+  ParsedBatch parsed;
+  int64_t steps = 0;
+  const int64_t max_steps = eval_config.num_steps();
+  const int64_t log_every = std::max<int64_t>(1, eval_config.log_step_count_steps());
+  std::string suffix = (epoch >= 0 ? StrCat(" Epoch-", epoch) : std::string()) +
+                       StrCat(" model-", global_step);
+  while ((max_steps == 0 || steps < max_steps) && stream->Next(&parsed)) {
+    Batch batch = ToBatch(std::move(parsed));
+    parsed = ParsedBatch();
+    Predictions predictions = model.Predict(batch);
+    model.ComputeLoss(predictions, batch);
+    model.UpdateMetrics(predictions, batch);
+    if (steps % log_every == 0) LOG_INFO << "Evaluating" << suffix << ": " << steps << "it";
+    ++steps;
+  }
+  auto metrics = model.ComputeMetrics();
+  LOG_INFO << "Eval Result" << suffix << ": " << FormatMetrics(metrics);
+  if (!result_file.empty()) {
+    // global_step first, then metrics by name, as TorchEasyRec writes them.
+    std::string line = StrCat("{\"global_step\": ", global_step);
+    for (const auto& kv : metrics) {
+      line += ", " + nlohmann::json(kv.first).dump() + ": " + nlohmann::json(kv.second).dump();
+    }
+    AppendLine(result_file, line + "}");
+  }
+  model.train();
+  return metrics;
+}
+
+void CheckTrainConfig(const protos::TrainConfig& train) {
+  if ((train.num_steps() > 0) == (train.num_epochs() > 0)) {
+    Fail("train_config.num_epochs or train_config.num_steps should be set, and can not be set "
+         "at the same time.");
+  }
+  if (train.has_use_tensorboard() && train.use_tensorboard()) {
+    Fail("train_config.use_tensorboard: true not supported yet (TensorBoard event files are not "
+         "written yet; set it to false)");
+  }
+}
+
+}  // namespace
+
+protos::EasyRecConfig LoadTrainConfig(const TrainEvalOptions& options) {
+  if (options.pipeline_config_path.empty()) Fail("--pipeline_config_path is required");
+  auto config = LoadPipelineConfig(options.pipeline_config_path);
+  if (!options.fine_tune_checkpoint.empty()) {
+    config.mutable_train_config()->set_fine_tune_checkpoint(options.fine_tune_checkpoint);
+  }
+  if (!options.train_input_path.empty()) config.set_train_input_path(options.train_input_path);
+  if (!options.eval_input_path.empty()) config.set_eval_input_path(options.eval_input_path);
+  if (!options.model_dir.empty()) config.set_model_dir(options.model_dir);
+  if (!options.edit_config_json.empty()) EditConfigJson(&config, options.edit_config_json);
+  ApplyFgModeCompat(&config);
+  CheckConfigSupported(config);
+  CheckTrainConfig(config.train_config());
+  if (config.model_dir().empty()) Fail("model_dir is empty: set it in the config or --model_dir");
+  if (config.train_input_path().empty()) Fail("train_input_path is empty");
+  return config;
+}
+
+void TrainAndEvaluate(const TrainEvalOptions& options) {
+  protos::EasyRecConfig config = LoadTrainConfig(options);
+  const auto& train = config.train_config();
+  const std::string model_dir = config.model_dir();
+  const uint64_t data_seed = DataSeed();
+
+  Pipeline pipeline = BuildPipeline(config, /*with_optimizers=*/true);
+  Dataset train_data(config.data_config(), pipeline.FeaturePointers(), config.train_input_path(),
+                     DatasetMode::kTrain, data_seed);
+  std::unique_ptr<Dataset> eval_data;
+  if (!config.eval_input_path().empty()) {
+    eval_data = std::make_unique<Dataset>(config.data_config(), pipeline.FeaturePointers(),
+                                          config.eval_input_path(), DatasetMode::kEval, data_seed);
+  }
+
+  // Restore point: fine-tune checkpoint (weights only), overridden by the latest checkpoint of
+  // model_dir with --continue_train.
+  std::optional<CheckpointRef> restore_from;
+  bool fine_tune = false;
+  if (!train.fine_tune_checkpoint().empty()) {
+    restore_from = LatestCheckpoint(train.fine_tune_checkpoint());
+    if (!restore_from) {
+      Fail("fine_tune_checkpoint[", train.fine_tune_checkpoint(), "] not exists.");
+    }
+    fine_tune = true;
+  }
+  int64_t skip_steps = -1;
+  if (auto latest = LatestCheckpoint(model_dir); latest && IsDirectory(model_dir) &&
+                                                 !ListCheckpoints(model_dir).empty()) {
+    if (!options.continue_train) {
+      Fail("model_dir[", model_dir, "] already exists and not empty(if you want to continue ",
+           "train on current model_dir please delete dir model_dir or specify --continue_train)");
+    }
+    restore_from = latest;
+    fine_tune = false;
+    skip_steps = latest->step;
+  }
+  if (restore_from) {
+    RestoreOptions restore;
+    restore.restore_optimizer = !fine_tune && !options.ignore_restore_optimizer;
+    restore.restore_rng = !fine_tune;
+    LOG_INFO << (fine_tune ? "Fine-tuning from " : "Continuing from ") << restore_from->path;
+    RestoreCheckpoint(restore_from->path, pipeline.State(), restore);
+  }
+
+  MakeDirs(model_dir);
+  SavePipelineConfig(config, JoinPath(model_dir, "pipeline.config"));
+  WriteFileAtomic(JoinPath(model_dir, "version"), std::string(kTzrecVersion) + "\n");
+
+  Model& model = *pipeline.model;
+  model.train();
+  const bool use_epochs = train.num_epochs() > 0;
+  const int64_t num_steps = train.num_steps();
+  const int64_t save_epochs = train.save_checkpoints_epochs();
+  const int64_t save_steps = save_epochs > 0 ? 0 : train.save_checkpoints_steps();
+  const int64_t log_every = std::max<int64_t>(1, train.log_step_count_steps());
+  const std::string result_file = JoinPath(model_dir, kTrainEvalResultFile);
+  const auto tables = model.embedding_group().tables();
+  std::vector<at::Tensor> dense_params = model.parameters();
+
+  int64_t last_saved = -1;
+  auto save_and_eval = [&](int64_t step, int64_t epoch) {
+    if (step < 0 || step == last_saved) return;
+    SaveCheckpoint(model_dir, step, pipeline.State(), static_cast<int>(train.keep_checkpoint_max()));
+    last_saved = step;
+    if (eval_data) RunEvaluation(model, *eval_data, config.eval_config(), step, epoch, result_file);
+  };
+
+  int64_t i_step = -1;  // index of the last trained step
+  int64_t skipped = 0;
+  auto last_log_time = std::chrono::steady_clock::now();
+  int64_t last_log_step = skip_steps;
+  // A finished run continued again has nothing left to train.
+  bool done = !use_epochs && skip_steps >= num_steps - 1;
+  if (done) i_step = skip_steps;
+  for (int64_t epoch = 0; !done && (!use_epochs || epoch < train.num_epochs()); ++epoch) {
+    auto stream = train_data.Open(epoch);
+    ParsedBatch parsed;
+    int64_t batches_this_epoch = 0;
+    while (stream->Next(&parsed)) {
+      ++batches_this_epoch;
+      // Resume without a data-position file: replay the order and skip consumed batches.
+      if (skipped <= skip_steps) {
+        ++skipped;
+        i_step = skipped - 1;
+        parsed = ParsedBatch();
+        continue;
+      }
+      ++i_step;
+      Batch batch = ToBatch(std::move(parsed));
+      parsed = ParsedBatch();
+      Predictions predictions = model.Predict(batch);
+      auto losses = model.ComputeLoss(predictions, batch);
+      at::Tensor total;
+      for (auto& kv : losses) total = total.defined() ? total + kv.second : kv.second;
+      for (auto& p : dense_params) p.mutable_grad().reset();
+      total.backward();
+      pipeline.dense_optimizer->step();
+      pipeline.sparse_optimizer->Step(tables);
+
+      if (i_step % log_every == 0) {
+        auto now = std::chrono::steady_clock::now();
+        double seconds = std::chrono::duration<double>(now - last_log_time).count();
+        double rate = seconds > 0 ? static_cast<double>(i_step - last_log_step) / seconds : 0.0;
+        last_log_time = now;
+        last_log_step = i_step;
+        char head[160];
+        std::snprintf(head, sizeof(head), "Training Epoch %lld: %lldit [%.2fit/s] lr_g0:%.5f lr_g1:%.5f",
+                      static_cast<long long>(epoch), static_cast<long long>(i_step), rate,
+                      pipeline.sparse_optimizer->lr(), DenseLearningRate(*pipeline.dense_optimizer));
+        std::string line = head;
+        for (auto& kv : losses) {
+          char buf[96];
+          std::snprintf(buf, sizeof(buf), " %s:%.5f", kv.first.c_str(), kv.second.item<double>());
+          line += buf;
+        }
+        char tail[64];
+        std::snprintf(tail, sizeof(tail), " total_loss: %.5f", total.item<double>());
+        LOG_INFO << line << tail;
+      }
+      if (save_steps > 0 && i_step > 0 && i_step % save_steps == 0) save_and_eval(i_step, epoch);
+      if (!use_epochs && i_step >= num_steps - 1) {
+        done = true;
+        break;
+      }
+    }
+    if (batches_this_epoch == 0) Fail("train input '", config.train_input_path(), "' yields no batch");
+    if (save_epochs > 0 && (epoch + 1) % save_epochs == 0) save_and_eval(i_step, epoch);
+    if (done) {
+      save_and_eval(i_step, epoch);
+    } else if (use_epochs && epoch + 1 == train.num_epochs()) {
+      save_and_eval(i_step, epoch);
+    }
+  }
+  LOG_INFO << "Train and Evaluate Finished.";
+}
+
+std::map<std::string, double> Evaluate(const EvalOptions& options) {
+  if (options.pipeline_config_path.empty()) Fail("--pipeline_config_path is required");
+  auto config = LoadPipelineConfig(options.pipeline_config_path);
+  if (!options.eval_input_path.empty()) config.set_eval_input_path(options.eval_input_path);
+  CheckConfigSupported(config);
+  if (config.eval_input_path().empty()) Fail("eval_input_path is empty: set it or --eval_input_path");
+  std::string ckpt_source = options.checkpoint_path.empty() ? config.model_dir() : options.checkpoint_path;
+  auto ckpt = LatestCheckpoint(ckpt_source);
+  if (!ckpt) Fail("no checkpoint found at '", ckpt_source, "'");
+  Pipeline pipeline = BuildPipeline(config, /*with_optimizers=*/false);
+  RestoreOptions restore;
+  restore.restore_optimizer = false;
+  restore.restore_rng = false;
+  RestoreCheckpoint(ckpt->path, pipeline.State(), restore);
+  Dataset eval_data(config.data_config(), pipeline.FeaturePointers(), config.eval_input_path(),
+                    DatasetMode::kEval, DataSeed());
+  std::string result_file;
+  if (!options.eval_result_filename.empty()) {
+    result_file = JoinPath(config.model_dir(), options.eval_result_filename);
+    MakeDirs(config.model_dir());
+  }
+  return RunEvaluation(*pipeline.model, eval_data, config.eval_config(), ckpt->step, -1, result_file);
+}
+
+}  // namespace tzrec

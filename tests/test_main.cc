@@ -1,0 +1,10 @@
+// GoogleTest entry point: one binary for the whole suite (each LibTorch process costs ~1 s).
+#include <gtest/gtest.h>
+
+#include "tzrec/train/runtime.h"
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  tzrec::InitRuntime();
+  return RUN_ALL_TESTS();
+}
