@@ -1,6 +1,7 @@
 #include "tzrec/loss/losses.h"
 
 #include <ATen/ops/binary_cross_entropy_with_logits.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/mean.h>
 
 namespace tzrec {

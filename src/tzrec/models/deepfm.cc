@@ -3,6 +3,7 @@
 // y = sum(wide embeddings) + sum(FM vector) + Linear(deep MLP), or with `final`:
 // Linear(final_mlp([y_wide, FM vector, deep MLP])). The FM runs on the `fm` group when the
 // config has one, else on `deep`; its features must share one embedding dim.
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/sum.h>
 #include <torch/nn/modules/linear.h>

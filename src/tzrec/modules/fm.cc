@@ -1,5 +1,6 @@
 #include "tzrec/modules/fm.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/sum.h>
 
 namespace tzrec {

@@ -31,7 +31,7 @@ std::string TableKey(const EmbeddingTable& table) {
 void WriteTensorDict(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& kv : tensors) dict.insert(kv.first, kv.second);
-  std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
   WriteFileAtomic(path, std::string(bytes.begin(), bytes.end()));
 }
 
@@ -39,7 +39,7 @@ std::map<std::string, at::Tensor> ReadTensorDict(const std::string& path) {
   std::string bytes = ReadFileToString(path);
   c10::IValue value;
   try {
-    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    value = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const std::exception& e) {
     Fail("cannot read checkpoint file '", path, "': ", e.what());
   }

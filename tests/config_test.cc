@@ -1,0 +1,187 @@
+// Config loading, the supported-field check, and --edit_config_json.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "tzrec/config/edit_config.h"
+#include "tzrec/config/pipeline_config.h"
+#include "tzrec/config/supported_fields.h"
+
+namespace tzrec {
+namespace {
+
+using testing::TempDir;
+using testing::WriteFile;
+
+const char* kReferenceConfigs[] = {
+    "dbmtl_has_sequence_mock.config", "dbmtl_taobao.config",       "deepfm_criteo.config",
+    "dlrm_criteo.config",             "dssm_mock.config",          "dssm_taobao.config",
+    "mmoe_taobao.config",             "multi_tower_din_mock.config", "multi_tower_din_taobao.config"};
+
+TEST(PipelineConfig, AllReferenceConfigsParse) {
+  for (const char* name : kReferenceConfigs) {
+    SCOPED_TRACE(name);
+    auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
+    EXPECT_GT(config.feature_configs_size(), 0);
+    EXPECT_TRUE(config.has_model_config());
+  }
+}
+
+TEST(PipelineConfig, ReferenceConfigValuesAreRead) {
+  auto config = LoadPipelineConfig(testing::ReferenceConfig("deepfm_criteo.config"));
+  EXPECT_EQ(config.data_config().batch_size(), 8192u);
+  EXPECT_EQ(config.feature_configs_size(), 39);
+  ASSERT_TRUE(config.model_config().has_deepfm());
+  ASSERT_EQ(config.model_config().deepfm().deep().hidden_units_size(), 3);
+  EXPECT_EQ(config.model_config().deepfm().deep().hidden_units(0), 512u);
+  EXPECT_EQ(config.model_config().feature_groups(0).group_type(), protos::WIDE);
+  EXPECT_FLOAT_EQ(config.train_config().sparse_optimizer().adagrad_optimizer().lr(), 0.001f);
+}
+
+TEST(PipelineConfig, UnknownFieldNamesLineAndColumn) {
+  TempDir dir;
+  WriteFile(dir.File("bad.config"), "model_dir: \"x\"\ntrain_config {\n  num_stepz: 3\n}\n");
+  EXPECT_TZREC_ERROR(LoadPipelineConfig(dir.File("bad.config")), "line 3, column 3");
+  EXPECT_TZREC_ERROR(LoadPipelineConfig(dir.File("bad.config")), "num_stepz");
+}
+
+TEST(PipelineConfig, MissingFileIsAnError) {
+  EXPECT_TZREC_ERROR(LoadPipelineConfig("/nonexistent/pipeline.config"), "does not exist");
+}
+
+TEST(PipelineConfig, JsonConfigParsesAndRoundTrips) {
+  TempDir dir;
+  WriteFile(dir.File("p.json"),
+            R"({"model_dir": "m", "train_config": {"num_steps": 5},
+                "feature_configs": [{"id_feature": {"feature_name": "a", "num_buckets": 3,
+                                                    "embedding_dim": 4}}]})");
+  auto config = LoadPipelineConfig(dir.File("p.json"));
+  EXPECT_EQ(config.model_dir(), "m");
+  EXPECT_EQ(config.train_config().num_steps(), 5u);
+  EXPECT_EQ(config.feature_configs(0).id_feature().num_buckets(), 3u);
+  SavePipelineConfig(config, dir.File("saved.config"));
+  auto again = LoadPipelineConfig(dir.File("saved.config"));
+  EXPECT_EQ(again.SerializeAsString(), config.SerializeAsString());
+  WriteFile(dir.File("bad.json"), R"({"model_dir": "m", "no_such_field": 1})");
+  EXPECT_TZREC_ERROR(LoadPipelineConfig(dir.File("bad.json")), "JSON");
+}
+
+TEST(PipelineConfig, FgEncodedCompat) {
+  auto config = ParsePipelineConfigText("data_config { fg_encoded: false fg_threads: 2 }", "t");
+  ApplyFgModeCompat(&config);
+  EXPECT_EQ(config.data_config().fg_mode(), protos::FG_DAG);
+  config = ParsePipelineConfigText("data_config { fg_encoded: true }", "t");
+  ApplyFgModeCompat(&config);
+  EXPECT_EQ(config.data_config().fg_mode(), protos::FG_NONE);
+  config = ParsePipelineConfigText("data_config { fg_encoded: false fg_threads: 0 }", "t");
+  ApplyFgModeCompat(&config);
+  EXPECT_EQ(config.data_config().fg_mode(), protos::FG_NORMAL);
+}
+
+TEST(SupportedFields, UnsupportedFieldsAreNamedWithTheirPath) {
+  auto config = ParsePipelineConfigText(R"(
+    train_config { num_steps: 1 mixed_precision: "BF16" }
+    feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 4 } }
+    feature_configs { id_feature { feature_name: "b" num_buckets: 3 embedding_dim: 4
+                                   vocab_list: ["x"] } }
+    model_config { train_metrics { auc {} } }
+  )", "t");
+  auto unsupported = FindUnsupportedFields(config, SupportedConfigFields());
+  ASSERT_EQ(unsupported.size(), 3u);
+  EXPECT_EQ(unsupported[0], "train_config.mixed_precision");
+  EXPECT_EQ(unsupported[1], "feature_configs[1].id_feature.vocab_list");
+  EXPECT_EQ(unsupported[2], "model_config.train_metrics[0]");
+  EXPECT_TZREC_ERROR(CheckConfigSupported(config), "train_config.mixed_precision: not supported yet");
+}
+
+TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
+  auto config = LoadPipelineConfig(testing::ReferenceConfig("mmoe_taobao.config"));
+  auto unsupported = FindUnsupportedFields(config, SupportedConfigFields());
+  EXPECT_NE(std::find(unsupported.begin(), unsupported.end(), "model_config.mmoe"),
+            unsupported.end());
+}
+
+TEST(SupportedFields, DeepFMCriteoIsSupportedExceptItsDataset) {
+  auto config = LoadPipelineConfig(testing::ReferenceConfig("deepfm_criteo.config"));
+  EXPECT_TRUE(FindUnsupportedFields(config, SupportedConfigFields()).empty());
+}
+
+class EditConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = ParsePipelineConfigText(R"(
+      model_dir: "a"
+      train_config { num_steps: 10 sparse_optimizer { adagrad_optimizer { lr: 0.1 } } }
+      data_config { batch_size: 32 dataset_type: CsvDataset label_fields: "clk" }
+      feature_configs { id_feature { feature_name: "f0" num_buckets: 10 embedding_dim: 4 } }
+      feature_configs { id_feature { feature_name: "f1" num_buckets: 20 embedding_dim: 4 } }
+      feature_configs { id_feature { feature_name: "f2" num_buckets: 30 embedding_dim: 8 } }
+      feature_configs { raw_feature { feature_name: "r" boundaries: [1, 2] embedding_dim: 4 } }
+    )", "test");
+  }
+  protos::EasyRecConfig config_;
+};
+
+TEST_F(EditConfigTest, ScalarsAndEnums) {
+  EditConfigJson(&config_, R"({"model_dir": "b", "data_config.batch_size": 64,
+                               "data_config.dataset_type": "ParquetDataset",
+                               "data_config.drop_remainder": "true",
+                               "train_config.sparse_optimizer.adagrad_optimizer.lr": 0.5})");
+  EXPECT_EQ(config_.model_dir(), "b");
+  EXPECT_EQ(config_.data_config().batch_size(), 64u);
+  EXPECT_EQ(config_.data_config().dataset_type(), protos::ParquetDataset);
+  EXPECT_TRUE(config_.data_config().drop_remainder());
+  EXPECT_FLOAT_EQ(config_.train_config().sparse_optimizer().adagrad_optimizer().lr(), 0.5f);
+  EditConfigJson(&config_, R"({"data_config.drop_remainder": false})");
+  EXPECT_FALSE(config_.data_config().drop_remainder());
+}
+
+TEST_F(EditConfigTest, IndexSliceAllAndCondition) {
+  EditConfigJson(&config_, R"({"feature_configs[0].id_feature.embedding_dim": 16})");
+  EXPECT_EQ(config_.feature_configs(0).id_feature().embedding_dim(), 16u);
+  EditConfigJson(&config_, R"({"feature_configs[1:3].id_feature.num_buckets": 7})");
+  EXPECT_EQ(config_.feature_configs(0).id_feature().num_buckets(), 10u);
+  EXPECT_EQ(config_.feature_configs(1).id_feature().num_buckets(), 7u);
+  EXPECT_EQ(config_.feature_configs(2).id_feature().num_buckets(), 7u);
+  EditConfigJson(&config_, R"({"feature_configs[:2].id_feature.pooling": "mean"})");
+  EXPECT_EQ(config_.feature_configs(1).id_feature().pooling(), "mean");
+  EXPECT_EQ(config_.feature_configs(2).id_feature().pooling(), "sum");
+  EditConfigJson(&config_,
+                 R"({"feature_configs[id_feature.feature_name=f2].id_feature.embedding_dim": 3})");
+  EXPECT_EQ(config_.feature_configs(2).id_feature().embedding_dim(), 3u);
+  EXPECT_EQ(config_.feature_configs(1).id_feature().embedding_dim(), 4u);
+  EditConfigJson(&config_,
+                 R"({"feature_configs[id_feature.embedding_dim>=4].id_feature.hash_bucket_size": 99})");
+  EXPECT_EQ(config_.feature_configs(0).id_feature().hash_bucket_size(), 99u);
+  EXPECT_EQ(config_.feature_configs(1).id_feature().hash_bucket_size(), 99u);
+  EXPECT_FALSE(config_.feature_configs(2).id_feature().has_hash_bucket_size());
+}
+
+TEST_F(EditConfigTest, RepeatedScalarsMessagesAndMultiKeys) {
+  EditConfigJson(&config_, R"({"feature_configs[3].raw_feature.boundaries": [4, 5, 6, 7]})");
+  ASSERT_EQ(config_.feature_configs(3).raw_feature().boundaries_size(), 4);
+  EXPECT_FLOAT_EQ(config_.feature_configs(3).raw_feature().boundaries(3), 7.0f);
+  EditConfigJson(&config_, R"({"train_config.sparse_optimizer":
+                               "{sgd_optimizer { lr: 0.25 }}"})");
+  EXPECT_TRUE(config_.train_config().sparse_optimizer().has_sgd_optimizer());
+  EXPECT_FALSE(config_.train_config().sparse_optimizer().has_adagrad_optimizer());
+  EditConfigJson(&config_, R"({"model_dir;data_config.batch_size": "c;128"})");
+  EXPECT_EQ(config_.model_dir(), "c");
+  EXPECT_EQ(config_.data_config().batch_size(), 128u);
+  EditConfigJson(&config_, R"({"data_config.label_fields[0]": "buy"})");
+  EXPECT_EQ(config_.data_config().label_fields(0), "buy");
+}
+
+TEST_F(EditConfigTest, ErrorsNameThePath) {
+  EXPECT_TZREC_ERROR(EditConfigJson(&config_, R"({"data_config.batch_sizes": 1})"),
+                     "no field 'batch_sizes'");
+  EXPECT_TZREC_ERROR(EditConfigJson(&config_, R"({"data_config.batch_size": "many"})"),
+                     "data_config.batch_size");
+  EXPECT_TZREC_ERROR(EditConfigJson(&config_, R"({"feature_configs[9].id_feature.num_buckets": 1})"),
+                     "out of range");
+  EXPECT_TZREC_ERROR(EditConfigJson(&config_, R"({"data_config.dataset_type": "NoSuch"})"),
+                     "dataset_type");
+  EXPECT_TZREC_ERROR(EditConfigJson(&config_, "not json"), "not valid JSON");
+}
+
+}  // namespace
+}  // namespace tzrec

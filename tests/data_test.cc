@@ -1,0 +1,332 @@
+// CSV reading, FG_NONE feature parsing and the batching dataset, including bad input.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "test_util.h"
+#include "tzrec/common/flags.h"
+#include "tzrec/config/pipeline_config.h"
+#include "tzrec/data/csv_reader.h"
+#include "tzrec/data/dataset.h"
+#include "tzrec/features/feature.h"
+
+namespace tzrec {
+namespace {
+
+using testing::TempDir;
+using testing::WriteFile;
+
+TEST(CsvReader, HeaderQuotesNullsAndProjection) {
+  TempDir dir;
+  WriteFile(dir.File("a.csv"),
+            "id,name,score\r\n1,\"x,\"\"y\"\"\",0.5\n\n2,,\n3,\"multi\nline\",7\n");
+  CsvOptions options;
+  options.with_header = true;
+  options.column_types["score"] = ColumnType::kDouble;
+  options.wanted_columns = {"score", "name"};
+  CsvFileReader reader(dir.File("a.csv"), options);
+  RecordBatch batch;
+  ASSERT_TRUE(reader.Next(10, &batch));
+  ASSERT_EQ(batch.num_rows(), 3u);
+  const Column* name = batch.Find("name");
+  const Column* score = batch.Find("score");
+  ASSERT_NE(name, nullptr);
+  ASSERT_NE(score, nullptr);
+  EXPECT_EQ(name->StringAt(0), "x,\"y\"");
+  EXPECT_TRUE(name->IsNull(1));
+  EXPECT_EQ(name->StringAt(2), "multi\nline");
+  EXPECT_DOUBLE_EQ(score->doubles[0], 0.5);
+  EXPECT_TRUE(score->IsNull(1));
+  EXPECT_DOUBLE_EQ(score->doubles[2], 7.0);
+  EXPECT_EQ(batch.line_numbers[0], 2);
+  EXPECT_EQ(batch.line_numbers[1], 4);
+  EXPECT_EQ(batch.line_numbers[2], 5);
+  EXPECT_EQ(batch.Find("id"), nullptr);
+  EXPECT_FALSE(reader.Next(10, &batch));
+}
+
+TEST(CsvReader, ChunksRespectMaxRows) {
+  TempDir dir;
+  std::string content;
+  for (int i = 0; i < 10; ++i) content += std::to_string(i) + "\n";
+  WriteFile(dir.File("a.csv"), content);
+  CsvOptions options;
+  options.column_names = {"v"};
+  options.column_types["v"] = ColumnType::kInt64;
+  CsvFileReader reader(dir.File("a.csv"), options);
+  RecordBatch batch;
+  int64_t total = 0;
+  int chunks = 0;
+  while (reader.Next(4, &batch)) {
+    EXPECT_LE(batch.num_rows(), 4u);
+    for (size_t i = 0; i < batch.num_rows(); ++i) EXPECT_EQ(batch.columns[0].ints[i], total + static_cast<int64_t>(i));
+    total += batch.num_rows();
+    ++chunks;
+  }
+  EXPECT_EQ(total, 10);
+  EXPECT_EQ(chunks, 3);
+}
+
+TEST(CsvReader, MalformedInputNamesFileAndLine) {
+  TempDir dir;
+  CsvOptions options;
+  options.column_names = {"a", "b"};
+  options.column_types["b"] = ColumnType::kInt64;
+  RecordBatch batch;
+  WriteFile(dir.File("count.csv"), "1,2\n3\n");
+  EXPECT_TZREC_ERROR(CsvFileReader(dir.File("count.csv"), options).Next(10, &batch),
+                     "count.csv:2: expected 2 columns, got 1");
+  WriteFile(dir.File("num.csv"), "1,2\n3,x4\n");
+  EXPECT_TZREC_ERROR(CsvFileReader(dir.File("num.csv"), options).Next(10, &batch),
+                     "num.csv:2: column 'b': 'x4' is not an integer");
+  WriteFile(dir.File("quote.csv"), "1,\"2\n");
+  EXPECT_TZREC_ERROR(CsvFileReader(dir.File("quote.csv"), options).Next(10, &batch),
+                     "unterminated quoted field");
+  options.with_header = true;
+  options.wanted_columns = {"c"};
+  WriteFile(dir.File("head.csv"), "a,b\n1,2\n");
+  EXPECT_TZREC_ERROR(CsvFileReader(dir.File("head.csv"), options), "column 'c' needed by the config is missing");
+  EXPECT_TZREC_ERROR(CsvFileReader(dir.File("none.csv"), options), "cannot open CSV file");
+}
+
+protos::EasyRecConfig FeatureConfig() {
+  return ParsePipelineConfigText(R"(
+    data_config { dataset_type: CsvDataset with_header: true label_fields: "clk" }
+    feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 4 } }
+    feature_configs { id_feature { feature_name: "tags" hash_bucket_size: 50 embedding_dim: 4
+                                   fg_encoded_default_value: "7" } }
+    feature_configs { raw_feature { feature_name: "price" } }
+    feature_configs { raw_feature { feature_name: "vec" value_dim: 2
+                                    fg_encoded_default_value: "0.5\x031.5" } }
+    feature_configs { raw_feature { feature_name: "bucket" boundaries: [1, 2, 3]
+                                    embedding_dim: 4 } }
+  )", "features");
+}
+
+TEST(Features, ShapesFromConfig) {
+  auto config = FeatureConfig();
+  auto features = CreateFeatures(config.feature_configs(), config.data_config());
+  ASSERT_EQ(features.size(), 5u);
+  EXPECT_TRUE(features[0]->is_sparse());
+  EXPECT_EQ(features[0]->num_embeddings(), 100);
+  EXPECT_EQ(features[0]->embedding_name(), "user_emb");
+  EXPECT_EQ(features[1]->num_embeddings(), 50);
+  EXPECT_FALSE(features[2]->is_sparse());
+  EXPECT_EQ(features[3]->value_dim(), 2);
+  EXPECT_TRUE(features[4]->is_sparse());
+  EXPECT_EQ(features[4]->num_embeddings(), 4);
+}
+
+TEST(Features, ParseEncodedValuesDefaultsAndNulls) {
+  auto config = FeatureConfig();
+  auto features = CreateFeatures(config.feature_configs(), config.data_config());
+  TempDir dir;
+  WriteFile(dir.File("d.csv"),
+            "user,tags,price,vec,bucket,clk\n"
+            "5,1\x03" "2\x03" "3,1.5,0.1\x03" "0.2,0,1\n"
+            ",,2,,3,0\n");
+  CsvOptions options;
+  options.with_header = true;
+  CsvFileReader reader(dir.File("d.csv"), options);
+  RecordBatch records;
+  ASSERT_TRUE(reader.Next(10, &records));
+  ParsedBatch parsed;
+  for (const auto& f : features) f->ParseEncoded(records, &parsed);
+  EXPECT_EQ(parsed.sparse["user"].values, (std::vector<int64_t>{5}));
+  EXPECT_EQ(parsed.sparse["user"].lengths, (std::vector<int32_t>{1, 0}));  // null -> empty bag
+  EXPECT_EQ(parsed.sparse["tags"].values, (std::vector<int64_t>{1, 2, 3, 7}));  // null -> default
+  EXPECT_EQ(parsed.sparse["tags"].lengths, (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(parsed.dense["price"].values, (std::vector<float>{1.5f, 2.0f}));
+  EXPECT_EQ(parsed.dense["vec"].values, (std::vector<float>{0.1f, 0.2f, 0.5f, 1.5f}));
+  EXPECT_EQ(parsed.sparse["bucket"].values, (std::vector<int64_t>{0, 3}));
+}
+
+TEST(Features, BadValuesNameFileRowAndColumn) {
+  auto config = FeatureConfig();
+  auto features = CreateFeatures(config.feature_configs(), config.data_config());
+  TempDir dir;
+  CsvOptions options;
+  options.with_header = true;
+  RecordBatch records;
+  ParsedBatch parsed;
+  auto parse_file = [&](const std::string& name, const std::string& content, int feature) {
+    WriteFile(dir.File(name), content);
+    CsvFileReader reader(dir.File(name), options);
+    ASSERT_TRUE(reader.Next(10, &records));
+    features[feature]->ParseEncoded(records, &parsed);
+  };
+  std::string header = "user,tags,price,vec,bucket,clk\n";
+  EXPECT_TZREC_ERROR(parse_file("range.csv", header + "1,1,1,1\x03" "1,0,1\n100,1,1,1\x03" "1,0,1\n", 0),
+                     "range.csv:3: column 'user' (feature_configs[0].id_feature): id 100 out of range [0, 100)");
+  EXPECT_TZREC_ERROR(parse_file("neg.csv", header + "-1,1,1,1\x03" "1,0,1\n", 0), "id -1 out of range");
+  EXPECT_TZREC_ERROR(parse_file("word.csv", header + "1,1\x03z,1,1\x03" "1,0,1\n", 1),
+                     "word.csv:2: column 'tags' (feature_configs[1].id_feature): 'z' is not an integer id");
+  EXPECT_TZREC_ERROR(parse_file("dim.csv", header + "1,1,1,1,0,1\n", 3), "1 values but value_dim is 2");
+  EXPECT_TZREC_ERROR(parse_file("null.csv", header + "1,1,,1\x03" "1,0,1\n", 2),
+                     "null value; set fg_encoded_default_value");
+  EXPECT_TZREC_ERROR(parse_file("bucket.csv", header + "1,1,1,1\x03" "1,4,1\n", 4), "id 4 out of range [0, 4)");
+}
+
+TEST(Features, ConfigErrors) {
+  auto config = ParsePipelineConfigText(R"(
+    feature_configs { id_feature { feature_name: "a" embedding_dim: 4 } })", "t");
+  EXPECT_TZREC_ERROR(CreateFeatures(config.feature_configs(), config.data_config()),
+                     "feature_configs[0].id_feature: needs hash_bucket_size or num_buckets");
+  config = ParsePipelineConfigText(R"(
+    feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 4 } }
+    feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 4 } })", "t");
+  EXPECT_TZREC_ERROR(CreateFeatures(config.feature_configs(), config.data_config()),
+                     "duplicate feature name 'a'");
+  config = ParsePipelineConfigText(R"(
+    feature_configs { combo_feature { feature_name: "a" } })", "t");
+  EXPECT_TZREC_ERROR(CreateFeatures(config.feature_configs(), config.data_config()),
+                     "feature_configs[0].combo_feature: not supported yet");
+}
+
+// Writes `files` CSV files of `rows_per_file` rows: user = global row index % 100, clk = row.
+std::string WriteRows(const TempDir& dir, int files, int rows_per_file) {
+  int row = 0;
+  for (int f = 0; f < files; ++f) {
+    std::string content = "user,clk\n";
+    for (int r = 0; r < rows_per_file; ++r, ++row) {
+      content += std::to_string(row % 100) + "," + std::to_string(row) + "\n";
+    }
+    WriteFile(dir.File("part-" + std::to_string(f) + ".csv"), content);
+  }
+  return dir.path() + "/part-*.csv";
+}
+
+protos::DataConfig DataConfigFor(int batch_size, int workers, bool drop_remainder, bool shuffle) {
+  auto config = ParsePipelineConfigText(R"(
+    data_config { dataset_type: CsvDataset with_header: true label_fields: "clk" })", "t");
+  auto data = config.data_config();
+  data.set_batch_size(batch_size);
+  data.set_num_workers(workers);
+  data.set_drop_remainder(drop_remainder);
+  data.set_shuffle(shuffle);
+  data.set_shuffle_buffer_size(3);
+  return data;
+}
+
+std::vector<std::vector<float>> ReadAll(const Dataset& dataset, int64_t epoch) {
+  std::vector<std::vector<float>> batches;
+  auto stream = dataset.Open(epoch);
+  ParsedBatch batch;
+  while (stream->Next(&batch)) batches.push_back(batch.labels.at("clk"));
+  return batches;
+}
+
+TEST(Dataset, BatchesWorkersAndRemainders) {
+  TempDir dir;
+  std::string pattern = WriteRows(dir, 3, 25);  // 75 rows in 3 files
+  auto features_config = ParsePipelineConfigText(
+      R"(feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 2 } })", "t");
+  auto features = CreateFeatures(features_config.feature_configs(), features_config.data_config());
+  std::vector<const Feature*> feature_ptrs{features[0].get()};
+
+  // One worker: batches of 10 across file boundaries, remainder 5 kept.
+  Dataset one(DataConfigFor(10, 1, false, false), feature_ptrs, pattern, DatasetMode::kTrain, 1);
+  auto batches = ReadAll(one, 0);
+  ASSERT_EQ(batches.size(), 8u);
+  EXPECT_EQ(batches.back().size(), 5u);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (size_t i = 0; i < batches[b].size(); ++i) EXPECT_EQ(batches[b][i], b * 10 + i);
+  }
+  // Three workers, in order: worker w reads file w; each keeps its own remainder of 5.
+  Dataset three(DataConfigFor(10, 3, false, false), feature_ptrs, pattern, DatasetMode::kTrain, 1);
+  batches = ReadAll(three, 0);
+  ASSERT_EQ(batches.size(), 9u);
+  EXPECT_EQ(batches[0][0], 0);   // worker 0
+  EXPECT_EQ(batches[1][0], 25);  // worker 1
+  EXPECT_EQ(batches[2][0], 50);  // worker 2
+  EXPECT_EQ(batches[3][0], 10);
+  std::multiset<float> seen;
+  for (auto& b : batches) seen.insert(b.begin(), b.end());
+  EXPECT_EQ(seen.size(), 75u);
+  EXPECT_EQ(std::set<float>(seen.begin(), seen.end()).size(), 75u);
+  // drop_remainder drops each worker's partial batch.
+  Dataset dropped(DataConfigFor(10, 3, true, false), feature_ptrs, pattern, DatasetMode::kTrain, 1);
+  batches = ReadAll(dropped, 0);
+  EXPECT_EQ(batches.size(), 6u);
+  for (auto& b : batches) EXPECT_EQ(b.size(), 10u);
+  // The same run twice gives the same order (in_order default).
+  EXPECT_EQ(ReadAll(three, 0), ReadAll(three, 0));
+}
+
+TEST(Dataset, ShuffleIsSeededAndKeepsEveryRow) {
+  TempDir dir;
+  std::string pattern = WriteRows(dir, 2, 40);
+  auto features_config = ParsePipelineConfigText(
+      R"(feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 2 } })", "t");
+  auto features = CreateFeatures(features_config.feature_configs(), features_config.data_config());
+  std::vector<const Feature*> ptrs{features[0].get()};
+  Dataset shuffled(DataConfigFor(5, 2, false, true), ptrs, pattern, DatasetMode::kTrain, 42);
+  auto a = ReadAll(shuffled, 0);
+  auto b = ReadAll(shuffled, 0);
+  auto c = ReadAll(shuffled, 1);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  std::set<float> rows;
+  for (auto& batch : a) rows.insert(batch.begin(), batch.end());
+  EXPECT_EQ(rows.size(), 80u);
+  // Eval never shuffles.
+  Dataset eval(DataConfigFor(5, 1, false, true), ptrs, pattern, DatasetMode::kEval, 42);
+  EXPECT_EQ(ReadAll(eval, 0)[0][0], 0);
+}
+
+TEST(Dataset, ErrorsFromWorkersReachTheConsumer) {
+  TempDir dir;
+  WriteFile(dir.File("bad.csv"), "user,clk\n1,0\n200,1\n");
+  auto features_config = ParsePipelineConfigText(
+      R"(feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 2 } })", "t");
+  auto features = CreateFeatures(features_config.feature_configs(), features_config.data_config());
+  Dataset dataset(DataConfigFor(10, 1, false, false), {features[0].get()}, dir.File("bad.csv"),
+                  DatasetMode::kTrain, 1);
+  EXPECT_TZREC_ERROR(ReadAll(dataset, 0), "bad.csv:3: column 'user'");
+  EXPECT_TZREC_ERROR(Dataset(DataConfigFor(10, 1, false, false), {features[0].get()},
+                             dir.File("nothing*.csv"), DatasetMode::kTrain, 1),
+                     "matches no file");
+  WriteFile(dir.File("nolabel.csv"), "user,other\n1,0\n");
+  Dataset nolabel(DataConfigFor(10, 1, false, false), {features[0].get()}, dir.File("nolabel.csv"),
+                  DatasetMode::kTrain, 1);
+  EXPECT_TZREC_ERROR(ReadAll(nolabel, 0), "column 'clk' needed by the config is missing");
+  WriteFile(dir.File("nulllabel.csv"), "user,clk\n1,\n");
+  Dataset nulllabel(DataConfigFor(10, 1, false, false), {features[0].get()},
+                    dir.File("nulllabel.csv"), DatasetMode::kTrain, 1);
+  EXPECT_TZREC_ERROR(ReadAll(nulllabel, 0), "nulllabel.csv:2: label 'clk' is null");
+}
+
+TEST(Dataset, UnsupportedDatasetTypeAndSchemaFromInputFieldsStr) {
+  auto config = ParsePipelineConfigText(R"(data_config { dataset_type: ParquetDataset })", "t");
+  EXPECT_TZREC_ERROR(Dataset(config.data_config(), {}, "x", DatasetMode::kTrain, 1),
+                     "data_config.dataset_type: ParquetDataset not supported yet");
+  config = ParsePipelineConfigText(
+      R"(data_config { input_fields_str: "a:INT64; b : string;c:DOUBLE;" })", "t");
+  CsvOptions options;
+  ResolveCsvSchema(config.data_config(), &options);
+  EXPECT_EQ(options.column_names, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(options.column_types["a"], ColumnType::kInt64);
+  EXPECT_EQ(options.column_types["b"], ColumnType::kString);
+  EXPECT_EQ(options.column_types["c"], ColumnType::kDouble);
+  config = ParsePipelineConfigText(R"(data_config { input_fields_str: "a:ARRAY<INT64>" })", "t");
+  EXPECT_TZREC_ERROR(ResolveCsvSchema(config.data_config(), &options), "not supported yet");
+}
+
+TEST(Flags, FormsSwitchesAndUnknown) {
+  Flags flags("x", "test", {{"alpha", "a"}, {"beta", "b", false, "7"}, {"go", "g", true}});
+  ASSERT_TRUE(flags.Parse({"--alpha=1", "--go", "--unknown", "v", "--beta", "3"}));
+  EXPECT_EQ(flags.Get("alpha"), "1");
+  EXPECT_EQ(flags.GetInt("beta"), 3);
+  EXPECT_TRUE(flags.GetSwitch("go"));
+  EXPECT_EQ(flags.unknown().size(), 1u);
+  Flags defaults("x", "test", {{"beta", "b", false, "7"}, {"go", "g", true}});
+  ASSERT_TRUE(defaults.Parse({}));
+  EXPECT_EQ(defaults.GetInt("beta"), 7);
+  EXPECT_FALSE(defaults.GetSwitch("go"));
+  Flags missing("x", "test", {{"alpha", "a"}});
+  EXPECT_TZREC_ERROR(missing.Parse({"--alpha"}), "needs a value");
+  EXPECT_NE(missing.Help().find("--alpha"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tzrec

@@ -1,0 +1,41 @@
+// Helpers shared by tests: temp directories, file writing, expecting tzrec::Error.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tzrec/common/error.h"
+
+namespace tzrec {
+namespace testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void WriteFile(const std::string& path, const std::string& content);
+std::string SourceDir();
+std::string ReferenceConfig(const std::string& name);
+
+}  // namespace testing
+}  // namespace tzrec
+
+// Expects `statement` to throw tzrec::Error whose message contains `substring`.
+#define EXPECT_TZREC_ERROR(statement, substring)                                        \
+  do {                                                                                  \
+    try {                                                                               \
+      statement;                                                                        \
+      ADD_FAILURE() << "expected tzrec::Error containing '" << (substring) << "'";      \
+    } catch (const ::tzrec::Error& e) {                                                 \
+      EXPECT_NE(std::string(e.what()).find(substring), std::string::npos) << e.what(); \
+    }                                                                                   \
+  } while (0)
