@@ -144,6 +144,7 @@ void ParseInto(Message* msg, const std::string& text, const std::string& path) {
     body = body.substr(1, body.size() - 2);
   }
   google::protobuf::TextFormat::Parser parser;
+  parser.AllowPartialMessage(true);
   if (!parser.MergeFromString(body, msg)) {
     Fail("--edit_config_json: value for ", path, " is not a valid text-format ",
          msg->GetDescriptor()->full_name(), ": ", text);
@@ -333,6 +334,7 @@ void EditConfigField(Message* config, const std::string& path, const std::string
         text = "[" + text + "]";
       }
       google::protobuf::TextFormat::Parser parser;
+      parser.AllowPartialMessage(true);
       std::string statement = field->name() + (is_message ? ": " : ": ") + text;
       if (!parser.MergeFromString(statement, msg)) {
         Fail("--edit_config_json: value for ", path, " is not a valid list: ", value);

@@ -3,9 +3,12 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
-#include <google/protobuf/util/type_resolver_util.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/dynamic_message.h>
 
+#include <functional>
 #include <memory>
+#include <set>
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/fs.h"
@@ -37,6 +40,53 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
+// JSON parsing in protobuf 3.21 rejects missing `required` fields and has no switch to allow
+// them. So JSON is parsed against a copy of the schema with every field optional, and the
+// (identical) binary encoding is then read into the real message.
+const google::protobuf::Descriptor* RelaxedConfigDescriptor() {
+  static google::protobuf::DescriptorPool* pool = [] {
+    auto* relaxed = new google::protobuf::DescriptorPool();
+    std::vector<const google::protobuf::FileDescriptor*> order;
+    std::set<const google::protobuf::FileDescriptor*> seen;
+    std::function<void(const google::protobuf::FileDescriptor*)> visit =
+        [&](const google::protobuf::FileDescriptor* file) {
+          if (!seen.insert(file).second) return;
+          for (int i = 0; i < file->dependency_count(); ++i) visit(file->dependency(i));
+          order.push_back(file);
+        };
+    visit(protos::EasyRecConfig::descriptor()->file());
+    std::function<void(google::protobuf::DescriptorProto*)> relax =
+        [&](google::protobuf::DescriptorProto* message) {
+          for (auto& field : *message->mutable_field()) {
+            if (field.label() == google::protobuf::FieldDescriptorProto::LABEL_REQUIRED) {
+              field.set_label(google::protobuf::FieldDescriptorProto::LABEL_OPTIONAL);
+            }
+          }
+          for (auto& nested : *message->mutable_nested_type()) relax(&nested);
+        };
+    for (const auto* file : order) {
+      google::protobuf::FileDescriptorProto proto;
+      file->CopyTo(&proto);
+      for (auto& message : *proto.mutable_message_type()) relax(&message);
+      TZREC_CHECK(relaxed->BuildFile(proto) != nullptr, "relaxing ", file->name());
+    }
+    return relaxed;
+  }();
+  return pool->FindMessageTypeByName(protos::EasyRecConfig::descriptor()->full_name());
+}
+
+void ParseJsonConfig(const std::string& content, const std::string& path,
+                     protos::EasyRecConfig* config) {
+  static google::protobuf::DynamicMessageFactory factory;
+  std::unique_ptr<google::protobuf::Message> relaxed(
+      factory.GetPrototype(RelaxedConfigDescriptor())->New());
+  auto status = google::protobuf::util::JsonStringToMessage(content, relaxed.get());
+  if (!status.ok()) Fail("cannot parse pipeline config '", path, "' (JSON): ", status.ToString());
+  if (!config->ParsePartialFromString(relaxed->SerializePartialAsString())) {
+    Fail("cannot parse pipeline config '", path, "' (JSON)");
+  }
+}
+
 }  // namespace
 
 protos::EasyRecConfig ParsePipelineConfigText(const std::string& text,
@@ -60,17 +110,7 @@ protos::EasyRecConfig LoadPipelineConfig(const std::string& path) {
   std::string content = ReadFileToString(path);
   protos::EasyRecConfig config;
   if (EndsWith(path, ".json")) {
-    // Through the binary form so that missing `required` fields are accepted, as above.
-    std::unique_ptr<google::protobuf::util::TypeResolver> resolver(
-        google::protobuf::util::NewTypeResolverForDescriptorPool(
-            "type.googleapis.com", google::protobuf::DescriptorPool::generated_pool()));
-    std::string binary;
-    auto status = google::protobuf::util::JsonToBinaryString(
-        resolver.get(), "type.googleapis.com/" + config.GetDescriptor()->full_name(), content,
-        &binary);
-    if (!status.ok() || !config.ParsePartialFromString(binary)) {
-      Fail("cannot parse pipeline config '", path, "' (JSON): ", status.ToString());
-    }
+    ParseJsonConfig(content, path, &config);
   } else {
     config = ParsePipelineConfigText(content, path);
   }

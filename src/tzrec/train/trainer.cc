@@ -43,22 +43,20 @@ struct Pipeline {
   }
 };
 
-Pipeline BuildPipeline(const protos::EasyRecConfig& config, bool with_optimizers) {
-  Pipeline p;
+// Builds model and optimizers for already created features.
+void BuildModel(const protos::EasyRecConfig& config, bool with_optimizers, Pipeline* p) {
   const auto& data = config.data_config();
-  p.features = CreateFeatures(config.feature_configs(), data);
-  p.model = CreateModel(config.model_config(), p.FeaturePointers(),
-                        {data.label_fields().begin(), data.label_fields().end()},
-                        {data.sample_weight_fields().begin(), data.sample_weight_fields().end()});
-  p.sparse_optimizer = SparseOptimizer::Create(config.train_config().sparse_optimizer());
-  for (EmbeddingTable* table : p.model->embedding_group().tables()) {
-    p.sparse_optimizer->InitState(table);
+  p->model = CreateModel(config.model_config(), p->FeaturePointers(),
+                         {data.label_fields().begin(), data.label_fields().end()},
+                         {data.sample_weight_fields().begin(), data.sample_weight_fields().end()});
+  p->sparse_optimizer = SparseOptimizer::Create(config.train_config().sparse_optimizer());
+  for (EmbeddingTable* table : p->model->embedding_group().tables()) {
+    p->sparse_optimizer->InitState(table);
   }
   if (with_optimizers) {
-    p.dense_optimizer =
-        CreateDenseOptimizer(config.train_config().dense_optimizer(), p.model->parameters());
+    p->dense_optimizer =
+        CreateDenseOptimizer(config.train_config().dense_optimizer(), p->model->parameters());
   }
-  return p;
 }
 
 std::string FormatMetrics(const std::map<std::string, double>& metrics) {
@@ -146,7 +144,9 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   const std::string model_dir = config.model_dir();
   const uint64_t data_seed = DataSeed();
 
-  Pipeline pipeline = BuildPipeline(config, /*with_optimizers=*/true);
+  // Data before model: bad data settings fail before any table is allocated.
+  Pipeline pipeline;
+  pipeline.features = CreateFeatures(config.feature_configs(), config.data_config());
   Dataset train_data(config.data_config(), pipeline.FeaturePointers(), config.train_input_path(),
                      DatasetMode::kTrain, data_seed);
   std::unique_ptr<Dataset> eval_data;
@@ -154,6 +154,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     eval_data = std::make_unique<Dataset>(config.data_config(), pipeline.FeaturePointers(),
                                           config.eval_input_path(), DatasetMode::kEval, data_seed);
   }
+  BuildModel(config, /*with_optimizers=*/true, &pipeline);
 
   // Restore point: fine-tune checkpoint (weights only), overridden by the latest checkpoint of
   // model_dir with --continue_train.
@@ -286,13 +287,15 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   std::string ckpt_source = options.checkpoint_path.empty() ? config.model_dir() : options.checkpoint_path;
   auto ckpt = LatestCheckpoint(ckpt_source);
   if (!ckpt) Fail("no checkpoint found at '", ckpt_source, "'");
-  Pipeline pipeline = BuildPipeline(config, /*with_optimizers=*/false);
+  Pipeline pipeline;
+  pipeline.features = CreateFeatures(config.feature_configs(), config.data_config());
+  Dataset eval_data(config.data_config(), pipeline.FeaturePointers(), config.eval_input_path(),
+                    DatasetMode::kEval, DataSeed());
+  BuildModel(config, /*with_optimizers=*/false, &pipeline);
   RestoreOptions restore;
   restore.restore_optimizer = false;
   restore.restore_rng = false;
   RestoreCheckpoint(ckpt->path, pipeline.State(), restore);
-  Dataset eval_data(config.data_config(), pipeline.FeaturePointers(), config.eval_input_path(),
-                    DatasetMode::kEval, DataSeed());
   std::string result_file;
   if (!options.eval_result_filename.empty()) {
     result_file = JoinPath(config.model_dir(), options.eval_result_filename);
