@@ -4,14 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-scripts/build.sh --target tzrec
+scripts/build.sh tzrec
 
 CONFIG=examples/deepfm_mock.config
 MODEL_DIR=experiments/deepfm_mock
 DATA_DIR=data/deepfm_mock
 
 build/tzrec gen_data --pipeline_config_path=$CONFIG --output_dir=$DATA_DIR \
-  --train_rows=600000 --eval_rows=50000 --num_files=4
+  --train_rows=1000000 --eval_rows=50000 --num_files=4
 rm -rf "$MODEL_DIR"
 build/tzrec train_eval --pipeline_config_path=$CONFIG --model_dir=$MODEL_DIR
 build/tzrec eval --pipeline_config_path=$MODEL_DIR/pipeline.config
