@@ -216,12 +216,17 @@ std::vector<std::vector<float>> ReadAll(const Dataset& dataset, int64_t epoch) {
   return batches;
 }
 
+// The single-feature setup the dataset tests share: an id feature "user" of 100 buckets.
+std::vector<std::unique_ptr<Feature>> UserFeature() {
+  auto config = ParsePipelineConfigText(
+      R"(feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 2 } })", "t");
+  return CreateFeatures(config.feature_configs(), config.data_config());
+}
+
 TEST(Dataset, BatchesWorkersAndRemainders) {
   TempDir dir;
   std::string pattern = WriteRows(dir, 3, 25);  // 75 rows in 3 files
-  auto features_config = ParsePipelineConfigText(
-      R"(feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 2 } })", "t");
-  auto features = CreateFeatures(features_config.feature_configs(), features_config.data_config());
+  auto features = UserFeature();
   std::vector<const Feature*> feature_ptrs{features[0].get()};
 
   // One worker: batches of 10 across file boundaries, remainder 5 kept.
@@ -256,9 +261,7 @@ TEST(Dataset, BatchesWorkersAndRemainders) {
 TEST(Dataset, ShuffleIsSeededAndKeepsEveryRow) {
   TempDir dir;
   std::string pattern = WriteRows(dir, 2, 40);
-  auto features_config = ParsePipelineConfigText(
-      R"(feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 2 } })", "t");
-  auto features = CreateFeatures(features_config.feature_configs(), features_config.data_config());
+  auto features = UserFeature();
   std::vector<const Feature*> ptrs{features[0].get()};
   Dataset shuffled(DataConfigFor(5, 2, false, true), ptrs, pattern, DatasetMode::kTrain, 42);
   auto a = ReadAll(shuffled, 0);
@@ -277,9 +280,7 @@ TEST(Dataset, ShuffleIsSeededAndKeepsEveryRow) {
 TEST(Dataset, ErrorsFromWorkersReachTheConsumer) {
   TempDir dir;
   WriteFile(dir.File("bad.csv"), "user,clk\n1,0\n200,1\n");
-  auto features_config = ParsePipelineConfigText(
-      R"(feature_configs { id_feature { feature_name: "user" num_buckets: 100 embedding_dim: 2 } })", "t");
-  auto features = CreateFeatures(features_config.feature_configs(), features_config.data_config());
+  auto features = UserFeature();
   Dataset dataset(DataConfigFor(10, 1, false, false), {features[0].get()}, dir.File("bad.csv"),
                   DatasetMode::kTrain, 1);
   EXPECT_TZREC_ERROR(ReadAll(dataset, 0), "bad.csv:3: column 'user'");

@@ -8,6 +8,7 @@
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/embedding/embedding_group.h"
 #include "tzrec/embedding/pooled_lookup.h"
+#include "tzrec/loss/losses.h"
 #include "tzrec/models/model.h"
 #include "tzrec/modules/fm.h"
 
@@ -111,6 +112,26 @@ TEST(SparseOptimizer, AdagradAndSgdMatchTorchOptimizers) {
     EXPECT_TRUE(torch::allclose(table.weight(), ref_weight.detach(), 1e-5, 1e-6))
         << (table.weight() - ref_weight).abs().max();
   }
+}
+
+TEST(BinaryCrossEntropyLoss, LabelSmoothingAndSampleWeights) {
+  at::Tensor logits = torch::tensor({0.5f, -1.0f, 2.0f});
+  at::Tensor labels = torch::tensor({1.0f, 0.0f, 1.0f});
+  at::Tensor weights = torch::tensor({1.0f, 2.0f, 3.0f});
+  auto bce = [](double z, double y) {
+    double p = 1.0 / (1.0 + std::exp(-z));
+    return -(y * std::log(p) + (1 - y) * std::log(1 - p));
+  };
+  double z[] = {0.5, -1.0, 2.0}, y[] = {1, 0, 1}, w[] = {1, 2, 3};
+  double plain = 0, smoothed = 0, weighted = 0;
+  for (int i = 0; i < 3; ++i) {
+    plain += bce(z[i], y[i]) / 3;
+    smoothed += bce(z[i], y[i] * 0.8 + 0.5 * 0.2) / 3;
+    weighted += bce(z[i], y[i]) * w[i] / 2.0 / 3;  // w / mean(w), then mean
+  }
+  EXPECT_NEAR(BinaryCrossEntropyLoss(logits, labels, {}, 0.0).item<double>(), plain, 1e-6);
+  EXPECT_NEAR(BinaryCrossEntropyLoss(logits, labels, {}, 0.2).item<double>(), smoothed, 1e-6);
+  EXPECT_NEAR(BinaryCrossEntropyLoss(logits, labels, weights, 0.0).item<double>(), weighted, 1e-6);
 }
 
 TEST(FactorizationMachine, MatchesBruteForceAndFiniteDifferences) {

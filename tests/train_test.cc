@@ -207,10 +207,31 @@ TEST(Training, ResumeGivesTheSameWeightsAsAnUninterruptedRun) {
     ASSERT_TRUE(b.count(kv.first)) << kv.first;
     EXPECT_TRUE(torch::equal(kv.second, b[kv.first])) << kv.first;
   }
-  // The same evaluation results for the final step.
+  // --ignore_restore_optimizer starts the optimizers fresh, which changes the result.
+  DeterministicRuntime();
+  auto third = SmallOptions(dir, config, dir.File("resumed"));
+  third.continue_train = true;
+  third.ignore_restore_optimizer = true;
+  third.edit_config_json = R"({"train_config.num_steps": 30})";
+  TrainAndEvaluate(third);
+  auto fresh_state = LoadModelFile(ListCheckpoints(dir.File("resumed")).back().path);
+  DeterministicRuntime();
+  auto fourth = SmallOptions(dir, config, dir.File("straight"));
+  fourth.continue_train = true;
+  fourth.edit_config_json = R"({"train_config.num_steps": 30})";
+  TrainAndEvaluate(fourth);
+  auto kept_state = LoadModelFile(ListCheckpoints(dir.File("straight")).back().path);
+  EXPECT_EQ(ListCheckpoints(dir.File("straight")).back().step, 29);
+  EXPECT_FALSE(torch::equal(fresh_state.at("output_mlp.weight"), kept_state.at("output_mlp.weight")));
+
+  // The same evaluation results for step 19.
   auto ra = ReadFileToString(dir.File("straight/train_eval_result_v2.txt"));
   auto rb = ReadFileToString(dir.File("resumed/train_eval_result_v2.txt"));
-  EXPECT_EQ(ra.substr(ra.rfind("{\"global_step\": 19")), rb.substr(rb.rfind("{\"global_step\": 19")));
+  auto line_19 = [](const std::string& text) {
+    size_t at = text.find("{\"global_step\": 19");
+    return text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_EQ(line_19(ra), line_19(rb));
 }
 
 TEST(Training, FineTuneRestoresWeightsOnlyAndSkipsMissingTensors) {
@@ -261,6 +282,25 @@ TEST(Training, CheckpointWritesAreAtomicAndPruned) {
   }
   EXPECT_EQ(LatestCheckpoint(dir.File("m"))->step, 34);
   EXPECT_EQ(LatestCheckpoint(checkpoints[0].path)->step, 30);
+}
+
+TEST(Training, EvalNumStepsLimitsEvaluationBatches) {
+  TempDir dir;
+  std::string config = WriteSmallConfig(dir);
+  DeterministicRuntime();
+  auto options = SmallOptions(dir, config, dir.File("m"));
+  options.edit_config_json = R"({"train_config.num_steps": 2})";
+  TrainAndEvaluate(options);
+  EvalOptions eval;
+  eval.pipeline_config_path = dir.File("m/pipeline.config");
+  auto all = Evaluate(eval);
+  // 300 eval rows = 5 batches of 64; one batch must give a different loss.
+  testing::WriteFile(dir.File("one_step.config"),
+                     ReadFileToString(dir.File("m/pipeline.config")) + "\neval_config { num_steps: 1 }\n");
+  eval.pipeline_config_path = dir.File("one_step.config");
+  auto one = Evaluate(eval);
+  EXPECT_NE(all.at("binary_cross_entropy"), one.at("binary_cross_entropy"));
+  EXPECT_EQ(ReadFileToString(dir.File("m/eval_result.txt")).rfind("{\"global_step\": 1,", 0), 0u);
 }
 
 TEST(Training, ConfigErrorsBeforeTraining) {

@@ -45,14 +45,8 @@ std::vector<std::string> SplitPath(const std::string& path) {
 }
 
 std::string FormatScalar(const Message& msg, const FieldDescriptor* field, int index) {
-  const Reflection* r = msg.GetReflection();
   std::string text;
-  if (index >= 0) {
-    google::protobuf::TextFormat::PrintFieldValueToString(msg, field, index, &text);
-  } else {
-    google::protobuf::TextFormat::PrintFieldValueToString(msg, field, -1, &text);
-  }
-  (void)r;
+  google::protobuf::TextFormat::PrintFieldValueToString(msg, field, index, &text);
   return text;
 }
 
@@ -327,15 +321,12 @@ void EditConfigField(Message* config, const std::string& path, const std::string
       }
     } else if (field->is_repeated()) {
       r->ClearField(msg, field);
+      // A single value or message is accepted as a one-element list.
       std::string text(Trim(value));
-      if (is_message) {
-        if (!text.empty() && text.front() != '[') text = "[" + text + "]";
-      } else if (!text.empty() && text.front() != '[') {
-        text = "[" + text + "]";
-      }
+      if (!text.empty() && text.front() != '[') text = "[" + text + "]";
       google::protobuf::TextFormat::Parser parser;
       parser.AllowPartialMessage(true);
-      std::string statement = field->name() + (is_message ? ": " : ": ") + text;
+      std::string statement = field->name() + ": " + text;
       if (!parser.MergeFromString(statement, msg)) {
         Fail("--edit_config_json: value for ", path, " is not a valid list: ", value);
       }
