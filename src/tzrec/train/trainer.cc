@@ -26,6 +26,36 @@ namespace {
 
 constexpr char kTrainEvalResultFile[] = "train_eval_result_v2.txt";
 
+// Accumulates wall time per phase of the training step.
+class StepTimer {
+ public:
+  void Start() { last_ = std::chrono::steady_clock::now(); }
+  void Lap(const std::string& phase) {
+    auto now = std::chrono::steady_clock::now();
+    totals_[phase] += std::chrono::duration<double, std::milli>(now - last_).count();
+    if (phase == "data") ++steps_;
+    last_ = now;
+  }
+  // Mean ms per step of each phase since the last report; resets.
+  std::string Report() {
+    std::string text;
+    for (const auto& kv : totals_) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%s%s %.2f", text.empty() ? "" : ", ", kv.first.c_str(),
+                    steps_ ? kv.second / steps_ : 0.0);
+      text += buf;
+    }
+    totals_.clear();
+    steps_ = 0;
+    return text;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+  std::map<std::string, double> totals_;
+  int64_t steps_ = 0;
+};
+
 // Everything built from a config: features, model and optimizers.
 struct Pipeline {
   std::vector<std::unique_ptr<Feature>> features;
@@ -215,12 +245,17 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   int64_t last_log_step = skip_steps;
   // A finished run continued again has nothing left to train.
   bool done = !use_epochs && skip_steps >= num_steps - 1;
+  // Where step time goes (ms since the last log line), reported at LOG_LEVEL=DEBUG.
+  StepTimer timer;
   if (done) i_step = skip_steps;
   for (int64_t epoch = 0; !done && (!use_epochs || epoch < train.num_epochs()); ++epoch) {
     auto stream = train_data.Open(epoch);
     ParsedBatch parsed;
     int64_t batches_this_epoch = 0;
-    while (stream->Next(&parsed)) {
+    while (true) {
+      timer.Start();
+      if (!stream->Next(&parsed)) break;
+      timer.Lap("data");
       ++batches_this_epoch;
       // Resume without a data-position file: replay the order and skip consumed batches.
       if (skipped <= skip_steps) {
@@ -236,10 +271,14 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       auto losses = model.ComputeLoss(predictions, batch);
       at::Tensor total;
       for (auto& kv : losses) total = total.defined() ? total + kv.second : kv.second;
+      timer.Lap("forward");
       for (auto& p : dense_params) p.mutable_grad().reset();
       total.backward();
+      timer.Lap("backward");
       pipeline.dense_optimizer->step();
+      timer.Lap("dense_opt");
       pipeline.sparse_optimizer->Step(tables);
+      timer.Lap("sparse_opt");
 
       if (i_step % log_every == 0) {
         auto now = std::chrono::steady_clock::now();
@@ -260,6 +299,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
         char tail[64];
         std::snprintf(tail, sizeof(tail), " total_loss: %.5f", total.item<double>());
         LOG_INFO << line << tail;
+        LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report();
       }
       if (save_steps > 0 && i_step > 0 && i_step % save_steps == 0) save_and_eval(i_step, epoch);
       if (!use_epochs && i_step >= num_steps - 1) {
