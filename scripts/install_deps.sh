@@ -10,7 +10,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler
   libopenblas0-openmp
   libgoogle-perftools-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libdnnl-dev
   libgtest-dev googletest
 )
 

@@ -7,112 +7,12 @@
 #include "test_util.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/embedding/embedding_group.h"
-#include "tzrec/embedding/pooled_lookup.h"
 #include "tzrec/loss/losses.h"
 #include "tzrec/models/model.h"
 #include "tzrec/modules/fm.h"
 
 namespace tzrec {
 namespace {
-
-// Random jagged ids with duplicates and empty bags.
-void RandomBags(std::mt19937& rng, int64_t rows, int64_t bags, at::Tensor* values,
-                at::Tensor* offsets) {
-  std::uniform_int_distribution<int> length(0, 3);
-  std::uniform_int_distribution<int64_t> id(0, rows - 1);
-  std::vector<int64_t> v, o{0};
-  for (int64_t b = 0; b < bags; ++b) {
-    int n = length(rng);
-    for (int i = 0; i < n; ++i) v.push_back(id(rng));
-    o.push_back(static_cast<int64_t>(v.size()));
-  }
-  *values = torch::tensor(v, torch::kLong);
-  *offsets = torch::tensor(o, torch::kLong);
-}
-
-// Reference pooled lookup written with plain tensor ops on a weight that requires grad.
-at::Tensor ReferencePooled(const at::Tensor& weight, const at::Tensor& values,
-                           const at::Tensor& offsets, bool mean) {
-  std::vector<at::Tensor> rows;
-  auto o = offsets.accessor<int64_t, 1>();
-  for (int64_t b = 0; b + 1 < offsets.numel(); ++b) {
-    int64_t n = o[b + 1] - o[b];
-    if (n == 0) {
-      rows.push_back(torch::zeros({weight.size(1)}, weight.options()));
-      continue;
-    }
-    at::Tensor picked = weight.index_select(0, values.slice(0, o[b], o[b + 1]));
-    rows.push_back(mean ? picked.mean(0) : picked.sum(0));
-  }
-  return torch::stack(rows);
-}
-
-TEST(PooledLookup, ForwardAndGradientMatchReference) {
-  torch::manual_seed(0);
-  std::mt19937 rng(1);
-  for (bool mean : {false, true}) {
-    EmbeddingTable table("t", 20, 5);
-    at::Tensor values, offsets;
-    RandomBags(rng, 20, 64, &values, &offsets);
-    at::Tensor out = PooledLookup(&table, values, offsets, mean, /*track_gradient=*/true);
-    at::Tensor ref_weight = table.weight().clone().requires_grad_(true);
-    at::Tensor ref = ReferencePooled(ref_weight, values, offsets, mean);
-    EXPECT_TRUE(torch::allclose(out, ref.detach(), 1e-6, 1e-6));
-    at::Tensor upstream = torch::randn({64, 5});
-    (out * upstream).sum().backward();
-    (ref * upstream).sum().backward();
-    UniqueGradients g = AccumulateGradients(table.TakePendingGradients(), 5);
-    at::Tensor dense = ref_weight.grad();
-    // Every row with a non-zero reference gradient appears once, with the same gradient.
-    std::set<int64_t> touched(values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + values.numel());
-    ASSERT_EQ(g.ids.size(), touched.size());
-    for (size_t k = 0; k < g.ids.size(); ++k) {
-      EXPECT_TRUE(k == 0 || g.ids[k - 1] < g.ids[k]);
-      at::Tensor mine = torch::from_blob(g.grads.data() + k * 5, {5}).clone();
-      EXPECT_TRUE(torch::allclose(mine, dense[g.ids[k]], 1e-5, 1e-5)) << g.ids[k];
-    }
-    // No gradient recorded outside training.
-    PooledLookup(&table, values, offsets, mean, /*track_gradient=*/false);
-    EXPECT_TRUE(table.TakePendingGradients().empty());
-  }
-}
-
-TEST(SparseOptimizer, AdagradAndSgdMatchTorchOptimizers) {
-  protos::SparseOptimizer adagrad_config, sgd_config;
-  adagrad_config.mutable_adagrad_optimizer()->set_lr(0.1f);
-  adagrad_config.mutable_adagrad_optimizer()->set_initial_accumulator_value(0.01f);
-  sgd_config.mutable_sgd_optimizer()->set_lr(0.1f);
-  std::mt19937 rng(2);
-  for (bool use_adagrad : {true, false}) {
-    torch::manual_seed(1);
-    auto optimizer = SparseOptimizer::Create(use_adagrad ? adagrad_config : sgd_config);
-    EmbeddingTable table("t", 30, 4);
-    optimizer->InitState(&table);
-    at::Tensor ref_weight = table.weight().clone().requires_grad_(true);
-    std::unique_ptr<torch::optim::Optimizer> ref_opt;
-    if (use_adagrad) {
-      ref_opt = std::make_unique<torch::optim::Adagrad>(
-          std::vector<at::Tensor>{ref_weight},
-          torch::optim::AdagradOptions(0.1).initial_accumulator_value(0.01).eps(1e-8));
-    } else {
-      ref_opt = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{ref_weight},
-                                                    torch::optim::SGDOptions(0.1));
-    }
-    for (int step = 0; step < 3; ++step) {
-      at::Tensor values, offsets;
-      RandomBags(rng, 30, 40, &values, &offsets);
-      at::Tensor upstream = torch::randn({40, 4});
-      (PooledLookup(&table, values, offsets, false, true) * upstream).sum().backward();
-      optimizer->Step({&table});
-      ref_opt->zero_grad();
-      (ReferencePooled(ref_weight, values, offsets, false) * upstream).sum().backward();
-      // Dense Adagrad also decays untouched rows' state by 0 and leaves them unchanged.
-      ref_opt->step();
-    }
-    EXPECT_TRUE(torch::allclose(table.weight(), ref_weight.detach(), 1e-5, 1e-6))
-        << (table.weight() - ref_weight).abs().max();
-  }
-}
 
 TEST(BinaryCrossEntropyLoss, LabelSmoothingAndSampleWeights) {
   at::Tensor logits = torch::tensor({0.5f, -1.0f, 2.0f});
@@ -181,6 +81,14 @@ TEST(DeepFM, ForwardMatchesHandComputation) {
   std::vector<const Feature*> ptrs;
   for (auto& f : features) ptrs.push_back(f.get());
   auto model = CreateModel(config.model_config(), ptrs, {"label"}, {});
+  SparseOptimizer sgd(ParseSparseOptimizer(config.train_config().sparse_optimizer().has_sgd_optimizer()
+                                               ? config.train_config().sparse_optimizer()
+                                               : [] {
+                                                   protos::SparseOptimizer c;
+                                                   c.mutable_sgd_optimizer()->set_lr(0.1f);
+                                                   return c;
+                                                 }()));
+  model->embedding_group().Materialize(&sgd);
   torch::NoGradGuard no_grad;
   std::map<std::string, EmbeddingTable*> tables;
   for (EmbeddingTable* t : model->embedding_group().tables()) tables[t->name()] = t;
@@ -235,7 +143,12 @@ TEST(EmbeddingGroup, SharingShapesAndErrors) {
   std::vector<const Feature*> ptrs;
   for (auto& f : features) ptrs.push_back(f.get());
   EmbeddingGroup group(ptrs, config.model_config().feature_groups(), 4);
+  protos::SparseOptimizer sgd_config;
+  sgd_config.mutable_sgd_optimizer()->set_lr(0.1f);
+  SparseOptimizer sgd(ParseSparseOptimizer(sgd_config));
+  group.Materialize(&sgd);
   EXPECT_EQ(group.tables().size(), 2u);  // "s" shared by a and b, "s_wide"
+  EXPECT_NE(group.tables()[0]->storage(), group.tables()[1]->storage());  // dims 3 and 4
   EXPECT_EQ(group.GroupDims("g1"), (std::vector<int>{3, 3, 2}));
   EXPECT_EQ(group.GroupTotalDim("g2"), 4);
   auto bad = config.model_config();

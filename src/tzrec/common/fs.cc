@@ -65,13 +65,17 @@ std::string TempSiblingPath(const std::string& final_path) {
 }
 
 void WriteFileAtomic(const std::string& path, const std::string& content) {
+  WriteFileAtomic(path, content.data(), content.size());
+}
+
+void WriteFileAtomic(const std::string& path, const char* data, size_t size) {
   fs::path target(path);
   if (target.has_parent_path()) MakeDirs(target.parent_path().string());
   std::string tmp = TempSiblingPath(path);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) Fail("cannot write file '", tmp, "'");
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.write(data, static_cast<std::streamsize>(size));
     out.flush();
     if (!out) {
       std::error_code ec;

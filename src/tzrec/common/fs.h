@@ -16,6 +16,7 @@ std::vector<std::string> ExpandInputPaths(const std::string& comma_separated_pat
 std::string ReadFileToString(const std::string& path);
 // Writes `content` to `path` atomically (temp file + rename).
 void WriteFileAtomic(const std::string& path, const std::string& content);
+void WriteFileAtomic(const std::string& path, const char* data, size_t size);
 // Appends one line (a '\n' is added) and flushes, creating the file if needed.
 void AppendLine(const std::string& path, const std::string& line);
 

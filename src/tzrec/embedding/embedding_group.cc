@@ -3,7 +3,7 @@
 #include <ATen/ops/cat.h>
 
 #include "tzrec/common/error.h"
-#include "tzrec/embedding/pooled_lookup.h"
+#include "tzrec/embedding/fused_lookup.h"
 
 namespace tzrec {
 
@@ -37,8 +37,8 @@ EmbeddingGroup::EmbeddingGroup(
       if (feature->is_sparse()) {
         int dim = wide ? wide_embedding_dim : feature->embedding_dim();
         std::string table_name = feature->embedding_name() + (wide ? "_wide" : "");
-        EmbeddingTable* table = GetOrCreateTable(table_name, feature->num_embeddings(), dim,
-                                                 where + " feature '" + feature_name + "'");
+        int table = GetOrCreateTable(table_name, feature->num_embeddings(), dim,
+                                     feature->trainable(), where + " feature '" + feature_name + "'");
         member.lookup = GetOrCreateLookup(feature, table);
         member.dim = dim;
       } else {
@@ -54,27 +54,52 @@ EmbeddingGroup::EmbeddingGroup(
   }
 }
 
-EmbeddingTable* EmbeddingGroup::GetOrCreateTable(const std::string& name, int64_t rows, int dim,
-                                                 const std::string& where) {
-  auto it = table_by_name_.find(name);
-  if (it != table_by_name_.end()) {
-    if (it->second->rows() != rows || it->second->dim() != dim) {
-      Fail(where, ": embedding '", name, "' is shared with shape [", it->second->rows(), ", ",
-           it->second->dim(), "] but this feature needs [", rows, ", ", dim, "]");
+int EmbeddingGroup::GetOrCreateTable(const std::string& name, int64_t rows, int dim, bool trainable,
+                                     const std::string& where) {
+  for (size_t i = 0; i < table_specs_.size(); ++i) {
+    const TableSpec& spec = table_specs_[i];
+    if (spec.name != name) continue;
+    if (spec.rows != rows || spec.dim != dim) {
+      Fail(where, ": embedding '", name, "' is shared with shape [", spec.rows, ", ", spec.dim,
+           "] but this feature needs [", rows, ", ", dim, "]");
     }
-    return it->second;
+    if (spec.trainable != trainable) {
+      Fail(where, ": embedding '", name, "' is shared by trainable and frozen features");
+    }
+    return static_cast<int>(i);
   }
-  tables_.push_back(std::make_unique<EmbeddingTable>(name, rows, dim));
-  table_by_name_[name] = tables_.back().get();
-  return tables_.back().get();
+  table_specs_.push_back({name, rows, dim, trainable});
+  return static_cast<int>(table_specs_.size() - 1);
 }
 
-int EmbeddingGroup::GetOrCreateLookup(const Feature* feature, EmbeddingTable* table) {
+int EmbeddingGroup::GetOrCreateLookup(const Feature* feature, int table) {
   for (size_t i = 0; i < lookups_.size(); ++i) {
     if (lookups_[i].feature == feature && lookups_[i].table == table) return static_cast<int>(i);
   }
   lookups_.push_back({feature, table});
   return static_cast<int>(lookups_.size() - 1);
+}
+
+void EmbeddingGroup::Materialize(const SparseOptimizer* optimizer) {
+  TZREC_CHECK(storages_.empty(), "embedding group materialized twice");
+  std::map<int, EmbeddingStorage*> by_dim;
+  tables_.clear();
+  for (const TableSpec& spec : table_specs_) {
+    EmbeddingStorage*& storage = by_dim[spec.dim];
+    if (!storage) {
+      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer));
+      storage = storages_.back().get();
+    }
+    tables_.push_back(storage->AddTable(spec.name, spec.rows, spec.trainable));
+  }
+  for (auto& storage : storages_) storage->Allocate();
+  storage_lookups_.assign(storages_.size(), {});
+  for (size_t i = 0; i < lookups_.size(); ++i) {
+    EmbeddingStorage* storage = tables_[lookups_[i].table]->storage();
+    for (size_t s = 0; s < storages_.size(); ++s) {
+      if (storages_[s].get() == storage) storage_lookups_[s].push_back(static_cast<int>(i));
+    }
+  }
 }
 
 const std::vector<EmbeddingGroup::Member>& EmbeddingGroup::Members(const std::string& name) const {
@@ -95,21 +120,26 @@ int EmbeddingGroup::GroupTotalDim(const std::string& name) const {
   return total;
 }
 
-std::vector<EmbeddingTable*> EmbeddingGroup::tables() const {
-  std::vector<EmbeddingTable*> out;
-  for (const auto& t : tables_) out.push_back(t.get());
-  return out;
-}
+std::vector<EmbeddingTable*> EmbeddingGroup::tables() const { return tables_; }
 
-std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch,
-                                                          bool track_gradient) {
+std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch, bool training) {
+  TZREC_CHECK(materialized(), "EmbeddingGroup::Materialize was not called");
   std::vector<at::Tensor> pooled(lookups_.size());
-  for (size_t i = 0; i < lookups_.size(); ++i) {
-    const Lookup& lookup = lookups_[i];
-    auto it = batch.sparse.find(lookup.feature->name());
-    TZREC_CHECK(it != batch.sparse.end(), "batch lacks sparse feature ", lookup.feature->name());
-    pooled[i] = PooledLookup(lookup.table, it->second.values, it->second.offsets,
-                             lookup.feature->pooling() == "mean", track_gradient);
+  for (size_t s = 0; s < storages_.size(); ++s) {
+    if (storage_lookups_[s].empty()) continue;
+    std::vector<LookupTensors> inputs;
+    for (int i : storage_lookups_[s]) {
+      const Lookup& lookup = lookups_[i];
+      auto it = batch.sparse.find(lookup.feature->name());
+      TZREC_CHECK(it != batch.sparse.end(), "batch lacks sparse feature ", lookup.feature->name());
+      inputs.push_back({it->second.values, it->second.offsets, tables_[lookup.table],
+                        lookup.feature->pooling() == "mean"});
+    }
+    at::Tensor out = StoragePooledLookup(storages_[s].get(), inputs, batch.size, training);
+    const int64_t dim = storages_[s]->dim();
+    for (size_t k = 0; k < storage_lookups_[s].size(); ++k) {
+      pooled[storage_lookups_[s][k]] = out.narrow(1, static_cast<int64_t>(k) * dim, dim);
+    }
   }
   std::map<std::string, at::Tensor> out;
   for (const auto& name : group_order_) {
@@ -123,7 +153,7 @@ std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch,
         parts.push_back(it->second);
       }
     }
-    out[name] = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
+    out[name] = parts.size() == 1 ? parts[0].contiguous() : at::cat(parts, 1);
   }
   return out;
 }

@@ -5,7 +5,9 @@
 // features only, each looked up in its own "<embedding_name>_wide" table of
 // `wide_embedding_dim` columns. Features naming the same embedding_name share one table
 // (rows and dims must agree); a feature used by several groups is looked up once per table.
-// Models never touch tables: they see {group_name: Tensor}. Not thread-safe (one per model).
+// Models never touch tables: they see {group_name: Tensor}. Tables of one dim live in one
+// fused EmbeddingStorage; Materialize() allocates them once the sparse optimizer is known
+// (its state sits beside each row). Not thread-safe (one per model).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "tzrec/embedding/embedding_table.h"
+#include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/protos/model.pb.h"
 #include "tzrec/train/batch.h"
@@ -34,29 +36,43 @@ class EmbeddingGroup {
   int GroupTotalDim(const std::string& name) const;
   const std::vector<std::string>& group_names() const { return group_order_; }
 
-  // `track_gradient`: record gradients for the sparse optimizer (training).
-  std::map<std::string, at::Tensor> Forward(const Batch& batch, bool track_gradient);
+  // Allocates and initialises all tables with room for `optimizer`'s state.
+  void Materialize(const SparseOptimizer* optimizer);
+  bool materialized() const { return !storages_.empty() || table_specs_.empty(); }
 
+  // `training`: record the backward that updates the tables with the sparse optimizer.
+  std::map<std::string, at::Tensor> Forward(const Batch& batch, bool training);
+
+  // All tables, in creation order (after Materialize).
   std::vector<EmbeddingTable*> tables() const;
 
  private:
+  struct TableSpec {
+    std::string name;
+    int64_t rows;
+    int dim;
+    bool trainable;
+  };
   struct Lookup {
     const Feature* feature;
-    EmbeddingTable* table;
+    int table;  // index into table_specs_ / tables_
   };
   struct Member {
     const Feature* feature;
     int lookup = -1;  // index into lookups_, -1 for dense features
     int dim = 0;
   };
-  EmbeddingTable* GetOrCreateTable(const std::string& name, int64_t rows, int dim,
-                                   const std::string& where);
-  int GetOrCreateLookup(const Feature* feature, EmbeddingTable* table);
+  int GetOrCreateTable(const std::string& name, int64_t rows, int dim, bool trainable,
+                       const std::string& where);
+  int GetOrCreateLookup(const Feature* feature, int table);
   const std::vector<Member>& Members(const std::string& name) const;
 
-  std::vector<std::unique_ptr<EmbeddingTable>> tables_;
-  std::map<std::string, EmbeddingTable*> table_by_name_;
+  std::vector<TableSpec> table_specs_;
   std::vector<Lookup> lookups_;
+  // After Materialize: one storage per dim, the tables, and each storage's lookups in order.
+  std::vector<std::unique_ptr<EmbeddingStorage>> storages_;
+  std::vector<EmbeddingTable*> tables_;
+  std::vector<std::vector<int>> storage_lookups_;
   std::map<std::string, std::vector<Member>> groups_;
   std::vector<std::string> group_order_;
 };

@@ -15,9 +15,10 @@ Registry<FeatureFactory>& FeatureRegistry() {
 
 void Feature::InitSparse(const std::string& name, int64_t num_embeddings, int embedding_dim,
                          const std::string& embedding_name, const std::string& pooling,
-                         const std::string& fg_encoded_default) {
+                         const std::string& fg_encoded_default, bool trainable) {
   name_ = name;
   is_sparse_ = true;
+  trainable_ = trainable;
   num_embeddings_ = num_embeddings;
   embedding_dim_ = embedding_dim;
   embedding_name_ = embedding_name.empty() ? name + "_emb" : embedding_name;

@@ -40,6 +40,8 @@ class Feature {
   int embedding_dim() const { return embedding_dim_; }
   const std::string& embedding_name() const { return embedding_name_; }
   const std::string& pooling() const { return pooling_; }
+  // false: the embedding table is frozen (config `trainable: false`).
+  bool trainable() const { return trainable_; }
   // Dense features: floats per row.
   int value_dim() const { return value_dim_; }
   // Width of this feature inside a DEEP group vector.
@@ -56,7 +58,7 @@ class Feature {
   // Called by subclasses once the common fields are known.
   void InitSparse(const std::string& name, int64_t num_embeddings, int embedding_dim,
                   const std::string& embedding_name, const std::string& pooling,
-                  const std::string& fg_encoded_default);
+                  const std::string& fg_encoded_default, bool trainable);
   void InitDense(const std::string& name, int value_dim, const std::string& fg_encoded_default);
 
  private:
@@ -71,6 +73,7 @@ class Feature {
   int embedding_dim_ = 0;
   std::string embedding_name_;
   std::string pooling_ = "sum";
+  bool trainable_ = true;
   int value_dim_ = 1;
   bool has_default_ = false;
   std::vector<int64_t> default_ids_;

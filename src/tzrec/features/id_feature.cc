@@ -18,7 +18,8 @@ class IdFeature : public Feature {
       rows = static_cast<int64_t>(config.num_buckets());
     }
     InitSparse(config.feature_name(), rows, static_cast<int>(config.embedding_dim()),
-               config.embedding_name(), config.pooling(), config.fg_encoded_default_value());
+               config.embedding_name(), config.pooling(), config.fg_encoded_default_value(),
+               config.trainable());
   }
   std::string type() const override { return "id_feature"; }
 };

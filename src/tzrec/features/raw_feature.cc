@@ -20,7 +20,8 @@ class RawFeature : public Feature {
     if (config.boundaries_size() > 0) {
       InitSparse(config.feature_name(), config.boundaries_size() + 1,
                  static_cast<int>(config.embedding_dim()), config.embedding_name(),
-                 config.pooling(), config.fg_encoded_default_value());
+                 config.pooling(), config.fg_encoded_default_value(),
+               config.trainable());
     } else {
       if (config.has_embedding_dim()) {
         // TorchEasyRec ignores it too: a dense feature only gets an embedding via autodis/mlp.

@@ -10,6 +10,7 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/modules/fast_linear.h"
 
 namespace tzrec {
 namespace {
@@ -90,8 +91,12 @@ PerceptronImpl::PerceptronImpl(int64_t in_features, int64_t out_features,
                                const std::string& activation, bool use_bn, bool bias,
                                double dropout_ratio, bool use_ln, const std::string& where) {
   if (use_bn && use_ln) Fail(where, ": use_bn and use_ln cannot both be true");
-  perceptron_->push_back(torch::nn::Linear(
-      torch::nn::LinearOptions(in_features, out_features).bias(use_bn ? false : bias)));
+  linear_ = torch::nn::Linear(
+      torch::nn::LinearOptions(in_features, out_features).bias(use_bn ? false : bias));
+  perceptron_->push_back(linear_);
+  const std::string act(Trim(activation));
+  fused_relu_ = act == "nn.ReLU" || act == "torch.nn.ReLU";
+  fused_ = !use_bn && !use_ln && (act.empty() || fused_relu_);
   if (use_bn) perceptron_->push_back(torch::nn::BatchNorm1d(out_features));
   if (use_ln) {
     perceptron_->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({out_features})));
@@ -99,11 +104,18 @@ PerceptronImpl::PerceptronImpl(int64_t in_features, int64_t out_features,
   if (!activation.empty()) {
     perceptron_->push_back(CreateActivation(activation, out_features, where));
   }
-  if (dropout_ratio > 0.0) perceptron_->push_back(torch::nn::Dropout(dropout_ratio));
+  if (dropout_ratio > 0.0) {
+    dropout_ = torch::nn::Dropout(dropout_ratio);
+    perceptron_->push_back(dropout_);
+  }
   register_module("perceptron", perceptron_);
 }
 
-at::Tensor PerceptronImpl::forward(const at::Tensor& input) { return perceptron_->forward(input); }
+at::Tensor PerceptronImpl::forward(const at::Tensor& input) {
+  if (!fused_) return perceptron_->forward(input);
+  at::Tensor y = FastLinear(input.contiguous(), linear_->weight, linear_->bias, fused_relu_);
+  return dropout_ ? dropout_->forward(y) : y;
+}
 
 MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::string& where) {
   const int layers = config.hidden_units_size();

@@ -9,6 +9,8 @@
 #include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <string>
@@ -26,6 +28,11 @@ class PerceptronImpl : public torch::nn::Module {
 
  private:
   torch::nn::Sequential perceptron_;
+  // Linear [+ ReLU] [+ Dropout] runs as one fused FastLinear call (modules/fast_linear.h).
+  bool fused_ = false;
+  bool fused_relu_ = false;
+  torch::nn::Linear linear_{nullptr};
+  torch::nn::Dropout dropout_{nullptr};
 };
 TORCH_MODULE(Perceptron);
 

@@ -30,9 +30,15 @@ std::string TableKey(const EmbeddingTable& table) {
 
 void WriteTensorDict(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& kv : tensors) dict.insert(kv.first, kv.second);
+  for (const auto& kv : tensors) {
+    // Pickling a view writes its whole storage: tables are views into one fused buffer.
+    const at::Tensor& t = kv.second;
+    bool owns_storage = t.is_contiguous() && t.storage_offset() == 0 &&
+                        t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size();
+    dict.insert(kv.first, owns_storage ? t : t.clone(at::MemoryFormat::Contiguous));
+  }
   std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-  WriteFileAtomic(path, std::string(bytes.begin(), bytes.end()));
+  WriteFileAtomic(path, bytes.data(), bytes.size());
 }
 
 std::map<std::string, at::Tensor> ReadTensorDict(const std::string& path) {
@@ -57,7 +63,7 @@ std::map<std::string, at::Tensor> ModelTensors(Model& model) {
   for (const auto& item : model.named_parameters()) tensors[item.key()] = item.value();
   for (const auto& item : model.named_buffers()) tensors[item.key()] = item.value();
   for (EmbeddingTable* table : model.embedding_group().tables()) {
-    tensors[TableKey(*table)] = table->weight();
+    tensors[TableKey(*table)] = table->weight();  // strided view into the fused storage
   }
   return tensors;
 }
@@ -123,7 +129,11 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
     {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
-      WriteTensorDict(JoinPath(tmp, "train_state.pt"), {{"rng_state", gen.get_state()}});
+      WriteTensorDict(JoinPath(tmp, "train_state.pt"),
+                      {{"rng_state", gen.get_state()},
+                       {"sparse_optimizer_step",
+                        at::scalar_tensor(state.sparse_optimizer ? state.sparse_optimizer->step() : 0,
+                                          at::TensorOptions().dtype(at::kLong))}});
     }
     nlohmann::json meta = {{"format", "tzrec-cpp-checkpoint/1"}, {"global_step", step}};
     WriteFileAtomic(JoinPath(tmp, "meta.json"), meta.dump() + "\n");
@@ -197,6 +207,10 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(it->second);
+    }
+    auto step = train_state.find("sparse_optimizer_step");
+    if (step != train_state.end() && state.sparse_optimizer && options.restore_optimizer) {
+      state.sparse_optimizer->set_step(step->second.item<int64_t>());
     }
   }
 }

@@ -6,7 +6,7 @@
 //                       "embedding_group.<table>.weight"
 //   optimizer.pt        sparse optimizer state, "embedding_group.<table>.weight.<state>"
 //   dense_optimizer.pt  LibTorch optimizer archive of the dense optimizer
-//   train_state.pt      torch CPU generator state
+//   train_state.pt      torch CPU generator state and the sparse optimizer step count
 //   meta.json           {"format": ..., "global_step": step}
 // A checkpoint is written into a hidden temp directory and renamed into place, so a crash
 // never leaves a half checkpoint that looks complete.
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "tzrec/embedding/embedding_table.h"
+#include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/models/model.h"
 
 namespace tzrec {

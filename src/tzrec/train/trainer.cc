@@ -80,9 +80,7 @@ void BuildModel(const protos::EasyRecConfig& config, bool with_optimizers, Pipel
                          {data.label_fields().begin(), data.label_fields().end()},
                          {data.sample_weight_fields().begin(), data.sample_weight_fields().end()});
   p->sparse_optimizer = SparseOptimizer::Create(config.train_config().sparse_optimizer());
-  for (EmbeddingTable* table : p->model->embedding_group().tables()) {
-    p->sparse_optimizer->InitState(table);
-  }
+  p->model->embedding_group().Materialize(p->sparse_optimizer.get());
   if (with_optimizers) {
     p->dense_optimizer =
         CreateDenseOptimizer(config.train_config().dense_optimizer(), p->model->parameters());
@@ -228,7 +226,6 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   const int64_t save_steps = save_epochs > 0 ? 0 : train.save_checkpoints_steps();
   const int64_t log_every = std::max<int64_t>(1, train.log_step_count_steps());
   const std::string result_file = JoinPath(model_dir, kTrainEvalResultFile);
-  const auto tables = model.embedding_group().tables();
   std::vector<at::Tensor> dense_params = model.parameters();
 
   int64_t last_saved = -1;
@@ -277,7 +274,8 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       timer.Lap("backward");
       pipeline.dense_optimizer->step();
       timer.Lap("dense_opt");
-      pipeline.sparse_optimizer->Step(tables);
+      // Table rows were already updated inside backward; this advances Adam's step count.
+      pipeline.sparse_optimizer->FinishStep();
       timer.Lap("sparse_opt");
 
       if (i_step % log_every == 0) {

@@ -1,0 +1,77 @@
+// Fused embedding storage: all tables of one embedding dim in one buffer, optimizer state
+// beside each row.
+//
+// Row r of the storage is [weight(dim) | optimizer state(StateWidth(dim))], so the backward
+// update of a row touches one contiguous block (one cache-miss chain instead of two). Tables
+// are row ranges; EmbeddingTable is a named handle onto its range, whose weight and state
+// are strided views (for checkpoints and tests). Not thread-safe: one model uses it at a time;
+// kernels parallelise internally.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tzrec/embedding/sparse_optimizer.h"
+
+namespace tzrec {
+
+class EmbeddingStorage;
+
+class EmbeddingTable {
+ public:
+  EmbeddingTable(EmbeddingStorage* storage, std::string name, int64_t first_row, int64_t rows,
+                 bool trainable)
+      : storage_(storage), name_(std::move(name)), first_row_(first_row), rows_(rows),
+        trainable_(trainable) {}
+  const std::string& name() const { return name_; }
+  int64_t rows() const { return rows_; }
+  int64_t first_row() const { return first_row_; }
+  int dim() const;
+  bool trainable() const { return trainable_; }
+  EmbeddingStorage* storage() const { return storage_; }
+  // [rows, dim] view of the weights (writable).
+  at::Tensor weight() const;
+  // Named optimizer state views, e.g. {"sum": [rows, dim]} for adagrad.
+  std::vector<std::pair<std::string, at::Tensor>> optimizer_state() const;
+
+ private:
+  EmbeddingStorage* storage_;
+  std::string name_;
+  int64_t first_row_;
+  int64_t rows_;
+  bool trainable_;
+};
+
+class EmbeddingStorage {
+ public:
+  EmbeddingStorage(int dim, const SparseOptimizer* optimizer);
+
+  // Adds a table before Allocate(); rows are initialised uniform in +-sqrt(1/rows)
+  // (TorchRec's default) from the global torch generator.
+  EmbeddingTable* AddTable(const std::string& name, int64_t rows, bool trainable);
+  void Allocate();
+
+  int dim() const { return dim_; }
+  int row_width() const { return row_width_; }
+  int64_t total_rows() const { return total_rows_; }
+  float* data() { return data_.data_ptr<float>(); }
+  const at::Tensor& tensor() const { return data_; }
+  const SparseOptimizer& optimizer() const { return *optimizer_; }
+  const std::vector<std::unique_ptr<EmbeddingTable>>& tables() const { return tables_; }
+  // Scratch map row -> unique slot (-1 when free) used by the backward de-duplication.
+  int32_t* slots();
+
+ private:
+  int dim_;
+  int row_width_;
+  const SparseOptimizer* optimizer_;
+  int64_t total_rows_ = 0;
+  std::vector<std::unique_ptr<EmbeddingTable>> tables_;
+  at::Tensor data_;
+  std::vector<int32_t> slots_;
+};
+
+}  // namespace tzrec

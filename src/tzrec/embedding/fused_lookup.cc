@@ -1,0 +1,223 @@
+#include "tzrec/embedding/fused_lookup.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "tzrec/common/error.h"
+#include "tzrec/embedding/row_update.h"
+
+namespace tzrec {
+namespace {
+
+void FusedForward(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
+                  int64_t bags, float* out) {
+  const int64_t num_lookups = static_cast<int64_t>(lookups.size());
+  const int64_t out_width = num_lookups * dim;
+  at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      // Random rows are latency bound: issue the next bag's loads before summing this one.
+      if (b + 1 < end) {
+        for (const auto& l : lookups) {
+          for (int64_t i = l.offsets[b + 1]; i < l.offsets[b + 2]; ++i) {
+            __builtin_prefetch(data + (l.first_row + l.values[i]) * row_width);
+          }
+        }
+      }
+      float* dst = out + b * out_width;
+      for (int64_t k = 0; k < num_lookups; ++k, dst += dim) {
+        const LookupArgs& l = lookups[k];
+        std::memset(dst, 0, sizeof(float) * dim);
+        const int64_t first = l.offsets[b], last = l.offsets[b + 1];
+        for (int64_t i = first; i < last; ++i) {
+          const float* row = data + (l.first_row + l.values[i]) * row_width;
+          for (int d = 0; d < dim; ++d) dst[d] += row[d];
+        }
+        if (l.mean && last > first) {
+          const float scale = 1.0f / static_cast<float>(last - first);
+          for (int d = 0; d < dim; ++d) dst[d] *= scale;
+        }
+      }
+    }
+  });
+}
+
+void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                         int64_t bags, const float* grad, int64_t iteration) {
+  const int dim = storage->dim();
+  const int row_width = storage->row_width();
+  const int64_t num_lookups = static_cast<int64_t>(lookups.size());
+  int32_t* slots = storage->slots();
+  // 1) De-duplicate rows; remember each occurrence's slot, gradient row and scale.
+  std::vector<int64_t> unique_rows;
+  std::vector<int32_t> occurrence_slot;
+  std::vector<int64_t> occurrence_grad;  // index of the grad row (bag * num_lookups + lookup)
+  std::vector<float> occurrence_scale;
+  for (int64_t k = 0; k < num_lookups; ++k) {
+    const LookupArgs& l = lookups[k];
+    if (!l.trainable) continue;
+    for (int64_t b = 0; b < bags; ++b) {
+      const int64_t first = l.offsets[b], last = l.offsets[b + 1];
+      if (first == last) continue;
+      const float scale = l.mean ? 1.0f / static_cast<float>(last - first) : 1.0f;
+      for (int64_t i = first; i < last; ++i) {
+        const int64_t row = l.first_row + l.values[i];
+        int32_t slot = slots[row];
+        if (slot < 0) {
+          slot = static_cast<int32_t>(unique_rows.size());
+          slots[row] = slot;
+          unique_rows.push_back(row);
+        }
+        occurrence_slot.push_back(slot);
+        occurrence_grad.push_back(b * num_lookups + k);
+        occurrence_scale.push_back(scale);
+      }
+    }
+  }
+  const int64_t unique = static_cast<int64_t>(unique_rows.size());
+  const int64_t occurrences = static_cast<int64_t>(occurrence_slot.size());
+  // 2) Counting sort of occurrences by slot (stable, so sums keep a fixed order).
+  std::vector<int64_t> start(unique + 1, 0);
+  for (int32_t s : occurrence_slot) ++start[s + 1];
+  for (int64_t s = 0; s < unique; ++s) start[s + 1] += start[s];
+  std::vector<int64_t> order(occurrences);
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t n = 0; n < occurrences; ++n) order[fill[occurrence_slot[n]]++] = n;
+  }
+  // 3) Per unique row: sum its gradient, then update the row in place.
+  const SparseOptimizerSpec& spec = storage->optimizer().spec();
+  const float bias1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));
+  const float bias2 = 1.0f - std::pow(spec.beta2, static_cast<float>(iteration));
+  float* data = storage->data();
+  at::parallel_for(0, unique, 64, [&](int64_t begin, int64_t end) {
+    std::vector<float> g(dim);
+    for (int64_t s = begin; s < end; ++s) {
+      if (s + 2 < end) {
+        float* next = data + unique_rows[s + 2] * row_width;
+        __builtin_prefetch(next, 1);
+        if (row_width > 16) __builtin_prefetch(next + 16, 1);
+      }
+      std::fill(g.begin(), g.end(), 0.0f);
+      for (int64_t k = start[s]; k < start[s + 1]; ++k) {
+        const int64_t n = order[k];
+        const float* src = grad + occurrence_grad[n] * dim;
+        const float scale = occurrence_scale[n];
+        for (int d = 0; d < dim; ++d) g[d] += scale * src[d];
+      }
+      UpdateRow(spec, data + unique_rows[s] * row_width, g.data(), dim, iteration, bias1, bias2);
+    }
+  });
+  // 4) Free the slots for the next batch.
+  for (int64_t row : unique_rows) slots[row] = -1;
+}
+
+struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFunction> {
+  // `anchor` requires grad so autograd records this node; the storage is not a variable.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
+                            int64_t storage_address, std::vector<at::Tensor> values,
+                            std::vector<at::Tensor> offsets, std::vector<int64_t> meta,
+                            int64_t bags);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads);
+};
+
+// meta per lookup: first_row, table_rows, mean, trainable.
+std::vector<LookupArgs> MakeArgs(const std::vector<at::Tensor>& values,
+                                 const std::vector<at::Tensor>& offsets,
+                                 const std::vector<int64_t>& meta) {
+  std::vector<LookupArgs> args(values.size());
+  for (size_t k = 0; k < values.size(); ++k) {
+    args[k].values = values[k].data_ptr<int64_t>();
+    args[k].offsets = offsets[k].data_ptr<int64_t>();
+    args[k].first_row = meta[4 * k];
+    args[k].table_rows = meta[4 * k + 1];
+    args[k].mean = meta[4 * k + 2] != 0;
+    args[k].trainable = meta[4 * k + 3] != 0;
+  }
+  return args;
+}
+
+at::Tensor RunForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& args, int64_t bags) {
+  at::Tensor out = at::empty({bags, static_cast<int64_t>(args.size()) * storage->dim()},
+                             at::TensorOptions().dtype(at::kFloat));
+  SelectedKernels().forward(storage->data(), storage->row_width(), storage->dim(), args, bags,
+                            out.data_ptr<float>());
+  return out;
+}
+
+at::Tensor StorageLookupFunction::forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
+                                          int64_t storage_address, std::vector<at::Tensor> values,
+                                          std::vector<at::Tensor> offsets,
+                                          std::vector<int64_t> meta, int64_t bags) {
+  auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
+  at::Tensor out = RunForward(storage, MakeArgs(values, offsets, meta), bags);
+  ctx->saved_data["storage"] = storage_address;
+  ctx->saved_data["values"] = values;
+  ctx->saved_data["offsets"] = offsets;
+  ctx->saved_data["meta"] = meta;
+  ctx->saved_data["bags"] = bags;
+  return out;
+}
+
+torch::autograd::variable_list StorageLookupFunction::backward(
+    torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+  auto* storage = reinterpret_cast<EmbeddingStorage*>(ctx->saved_data["storage"].toInt());
+  auto values = ctx->saved_data["values"].toTensorVector();
+  auto offsets = ctx->saved_data["offsets"].toTensorVector();
+  auto meta = ctx->saved_data["meta"].toIntVector();
+  const int64_t bags = ctx->saved_data["bags"].toInt();
+  at::Tensor grad = grads[0].contiguous();
+  SelectedKernels().backward_update(storage, MakeArgs(values, offsets, meta), bags,
+                                    grad.data_ptr<float>(), storage->optimizer().step() + 1);
+  return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+}
+
+at::Tensor Anchor() {
+  static thread_local at::Tensor anchor =
+      at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true);
+  return anchor;
+}
+
+}  // namespace
+
+const PooledLookupKernels& FusedKernels() {
+  static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate};
+  return kernels;
+}
+
+const PooledLookupKernels& SelectedKernels() {
+  static const bool reference = [] {
+    const char* flag = std::getenv("TZREC_EMBEDDING_REFERENCE");
+    return flag && std::strcmp(flag, "1") == 0;
+  }();
+  return reference ? ReferenceKernels() : FusedKernels();
+}
+
+at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
+                               int64_t bags, bool training) {
+  std::vector<at::Tensor> values, offsets;
+  std::vector<int64_t> meta;
+  bool any_trainable = false;
+  for (const auto& l : lookups) {
+    TZREC_CHECK(l.table->storage() == storage);
+    TZREC_CHECK(l.offsets.numel() == bags + 1);
+    values.push_back(l.values);
+    offsets.push_back(l.offsets);
+    meta.insert(meta.end(), {l.table->first_row(), l.table->rows(), l.mean ? 1 : 0,
+                             l.table->trainable() ? 1 : 0});
+    any_trainable = any_trainable || l.table->trainable();
+  }
+  if (!training || !any_trainable) {
+    return RunForward(storage, MakeArgs(values, offsets, meta), bags);
+  }
+  return StorageLookupFunction::apply(Anchor(), reinterpret_cast<int64_t>(storage), values, offsets,
+                                      meta, bags);
+}
+
+}  // namespace tzrec

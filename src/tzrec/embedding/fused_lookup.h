@@ -1,0 +1,57 @@
+// Pooled embedding lookups of one storage, with backward fused into the sparse optimizer.
+//
+// All lookups that share a storage (same embedding dim) run in one call: forward writes
+// [bags, L*dim] (lookup l in columns [l*dim, (l+1)*dim)), sum or mean pooled, empty bags 0.
+// Backward de-duplicates the touched rows over all lookups of the batch (a persistent
+// row -> slot map, no hashing), sums each row's gradient in a fixed order (deterministic),
+// and applies the optimizer to that row right away - no gradient tensor for the tables ever
+// exists. Rows of frozen tables (trainable: false) are never updated.
+//
+// PooledLookupKernels has two implementations with identical results up to float rounding:
+// the fused one (multithreaded, prefetching) and a plain reference (reference_kernels.cc),
+// selected by TZREC_EMBEDDING_REFERENCE=1 for comparisons and used by the kernel tests.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "tzrec/embedding/embedding_storage.h"
+
+namespace tzrec {
+
+struct LookupArgs {
+  const int64_t* values;   // ids local to the table
+  const int64_t* offsets;  // [bags + 1]
+  int64_t first_row;       // table offset inside the storage
+  int64_t table_rows;
+  bool mean;
+  bool trainable;
+};
+
+struct PooledLookupKernels {
+  void (*forward)(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
+                  int64_t bags, float* out);
+  // grad: [bags, L*dim]. `iteration` is the 1-based optimizer step (Adam bias correction).
+  void (*backward_update)(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                          int64_t bags, const float* grad, int64_t iteration);
+};
+
+const PooledLookupKernels& FusedKernels();
+const PooledLookupKernels& ReferenceKernels();
+// Reference when TZREC_EMBEDDING_REFERENCE=1, else fused.
+const PooledLookupKernels& SelectedKernels();
+
+struct LookupTensors {
+  at::Tensor values;   // int64 [N]
+  at::Tensor offsets;  // int64 [bags + 1]
+  const EmbeddingTable* table;
+  bool mean;
+};
+
+// Returns [bags, L*dim]. With `training`, records an autograd node whose backward updates the
+// storage with its optimizer; otherwise a plain forward.
+at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
+                               int64_t bags, bool training);
+
+}  // namespace tzrec

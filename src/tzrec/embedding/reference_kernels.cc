@@ -1,0 +1,101 @@
+// Reference twin of the fused embedding kernels: plain loops written for obviousness, not
+// speed. Used by the kernel tests and, with TZREC_EMBEDDING_REFERENCE=1, by whole training
+// runs to compare against the fused path.
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "tzrec/embedding/fused_lookup.h"
+
+namespace tzrec {
+namespace {
+
+void ReferenceForward(const float* data, int row_width, int dim,
+                      const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+  const int64_t out_width = static_cast<int64_t>(lookups.size()) * dim;
+  for (int64_t b = 0; b < bags; ++b) {
+    for (size_t k = 0; k < lookups.size(); ++k) {
+      const LookupArgs& l = lookups[k];
+      for (int d = 0; d < dim; ++d) {
+        float sum = 0.0f;
+        for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
+          sum += data[(l.first_row + l.values[i]) * row_width + d];
+        }
+        const int64_t count = l.offsets[b + 1] - l.offsets[b];
+        out[b * out_width + k * dim + d] = (l.mean && count > 0) ? sum / count : sum;
+      }
+    }
+  }
+}
+
+void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                             int64_t bags, const float* grad, int64_t iteration) {
+  const int dim = storage->dim();
+  const int64_t out_width = static_cast<int64_t>(lookups.size()) * dim;
+  // Gradient of every touched row, summed in the order lookups, bags, ids.
+  std::map<int64_t, std::vector<float>> row_grads;
+  for (size_t k = 0; k < lookups.size(); ++k) {
+    const LookupArgs& l = lookups[k];
+    if (!l.trainable) continue;
+    for (int64_t b = 0; b < bags; ++b) {
+      const int64_t count = l.offsets[b + 1] - l.offsets[b];
+      for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
+        std::vector<float>& g = row_grads[l.first_row + l.values[i]];
+        g.resize(dim, 0.0f);
+        for (int d = 0; d < dim; ++d) {
+          float upstream = grad[b * out_width + k * dim + d];
+          g[d] += l.mean ? upstream * (1.0f / static_cast<float>(count)) : upstream;
+        }
+      }
+    }
+  }
+  const SparseOptimizerSpec& spec = storage->optimizer().spec();
+  using Kind = SparseOptimizerSpec::Kind;
+  using Mode = SparseOptimizerSpec::WeightDecayMode;
+  for (auto& [row, g] : row_grads) {
+    float* w = storage->data() + row * storage->row_width();
+    float* state = w + dim;
+    if (spec.gradient_clipping) {
+      for (float& x : g) x = std::fmin(spec.max_gradient, std::fmax(-spec.max_gradient, x));
+    }
+    if (spec.kind == Kind::kSgd) {
+      for (int d = 0; d < dim; ++d) w[d] = w[d] - spec.lr * g[d];
+    } else if (spec.kind == Kind::kAdagrad) {
+      for (int d = 0; d < dim; ++d) {
+        state[d] = state[d] + g[d] * g[d];
+        w[d] = w[d] - spec.lr * g[d] / (std::sqrt(state[d]) + spec.eps);
+      }
+    } else if (spec.kind == Kind::kRowwiseAdagrad) {
+      if (spec.weight_decay_mode == Mode::kL2) {
+        for (int d = 0; d < dim; ++d) g[d] = g[d] + spec.weight_decay * w[d];
+      }
+      float mean_square = 0.0f;
+      for (int d = 0; d < dim; ++d) mean_square += g[d] * g[d];
+      mean_square /= static_cast<float>(dim);
+      state[0] = state[0] + mean_square;
+      for (int d = 0; d < dim; ++d) {
+        if (spec.weight_decay_mode == Mode::kDecouple) w[d] = w[d] - spec.lr * spec.weight_decay * w[d];
+        w[d] = w[d] - spec.lr * g[d] / (std::sqrt(state[0]) + spec.eps);
+      }
+    } else {
+      float* m = state;
+      float* v = state + dim;
+      for (int d = 0; d < dim; ++d) {
+        m[d] = spec.beta1 * m[d] + (1.0f - spec.beta1) * g[d];
+        v[d] = spec.beta2 * v[d] + (1.0f - spec.beta2) * g[d] * g[d];
+        float m_hat = m[d] / (1.0f - std::pow(spec.beta1, static_cast<float>(iteration)));
+        float v_hat = v[d] / (1.0f - std::pow(spec.beta2, static_cast<float>(iteration)));
+        w[d] = w[d] - spec.lr * (m_hat / (std::sqrt(v_hat) + spec.eps) + spec.weight_decay * w[d]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const PooledLookupKernels& ReferenceKernels() {
+  static const PooledLookupKernels kernels{ReferenceForward, ReferenceBackwardUpdate};
+  return kernels;
+}
+
+}  // namespace tzrec

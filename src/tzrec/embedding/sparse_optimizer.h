@@ -1,0 +1,77 @@
+// Sparse (embedding) optimizers: the math applied to each touched row, FBGEMM-style.
+//
+// Optimizer state lives beside each row in the embedding storage (embedding_storage.h), so an
+// update touches one contiguous [weight | state] block. Semantics follow FBGEMM's TBE
+// optimizers that TorchEasyRec uses: the gradient of a row is the sum over the batch, clipped
+// element-wise to [-max_gradient, max_gradient] when gradient_clipping is set, then
+//   sgd:              w -= lr * g
+//   adagrad:          s += g*g;  w -= lr * g / (sqrt(s) + eps)                  (per element)
+//   rowwise_adagrad:  [L2: g += wd*w]  s += mean(g*g);  w -= lr * g / (sqrt(s) + eps)
+//                     [DECOUPLE: w -= lr*wd*w first]                              (per row)
+//   adam:             m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g*g;
+//                     w -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd*w)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tzrec/protos/optimizer.pb.h"
+
+namespace tzrec {
+
+struct SparseOptimizerSpec {
+  enum class Kind { kSgd, kAdagrad, kRowwiseAdagrad, kAdam };
+  enum class WeightDecayMode { kNone, kL2, kDecouple };
+  Kind kind = Kind::kSgd;
+  float lr = 0.002f;
+  float eps = 1e-8f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float weight_decay = 0.0f;
+  WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;
+  float initial_accumulator = 0.0f;
+  bool gradient_clipping = false;
+  float max_gradient = 1.0f;
+
+  // Floats of optimizer state stored after the `dim` weights of each row.
+  int StateWidth(int dim) const;
+  // Names and [offset, width) of the state slices, for checkpoints.
+  struct StateSlice {
+    std::string name;
+    int offset;
+    int width;
+  };
+  std::vector<StateSlice> StateSlices(int dim) const;
+  // Initial value of every state float.
+  float InitialState() const;
+  std::string Name() const;
+};
+
+// Parses train_config.sparse_optimizer; unsupported settings fail naming the field.
+SparseOptimizerSpec ParseSparseOptimizer(const protos::SparseOptimizer& config);
+
+// Owns the spec, the current learning rate and the iteration count (Adam's t).
+class SparseOptimizer {
+ public:
+  explicit SparseOptimizer(SparseOptimizerSpec spec) : spec_(spec) {}
+  static std::unique_ptr<SparseOptimizer> Create(const protos::SparseOptimizer& config) {
+    return std::make_unique<SparseOptimizer>(ParseSparseOptimizer(config));
+  }
+  const SparseOptimizerSpec& spec() const { return spec_; }
+  std::string name() const { return spec_.Name(); }
+  double lr() const { return spec_.lr; }
+  void set_lr(double lr) { spec_.lr = static_cast<float>(lr); }
+  // Iterations completed; the update in flight uses step() + 1.
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  // Called once per training iteration after backward (rows were updated in backward).
+  void FinishStep() { ++step_; }
+
+ private:
+  SparseOptimizerSpec spec_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tzrec

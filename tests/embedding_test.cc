@@ -1,0 +1,208 @@
+// The fused embedding engine against its reference twin (every kernel and optimizer, with
+// duplicate ids, empty bags, mean pooling and frozen tables), against LibTorch's own
+// autograd/optimizers, and its gradient by finite differences.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <random>
+
+#include "tzrec/embedding/embedding_storage.h"
+#include "tzrec/embedding/fused_lookup.h"
+
+namespace tzrec {
+namespace {
+
+struct RandomLookup {
+  std::vector<int64_t> values, offsets;
+  int table;
+  bool mean;
+};
+
+RandomLookup MakeLookup(std::mt19937& rng, int table, int64_t rows, int64_t bags, bool mean) {
+  RandomLookup l{{}, {0}, table, mean};
+  std::uniform_int_distribution<int> length(0, 4);
+  // Few distinct ids so duplicates across bags and lookups are common.
+  std::uniform_int_distribution<int64_t> id(0, std::min<int64_t>(rows, 12) - 1);
+  for (int64_t b = 0; b < bags; ++b) {
+    int n = length(rng);
+    for (int i = 0; i < n; ++i) l.values.push_back(id(rng));
+    l.offsets.push_back(static_cast<int64_t>(l.values.size()));
+  }
+  return l;
+}
+
+std::vector<LookupArgs> Args(const std::vector<RandomLookup>& lookups,
+                             const std::vector<EmbeddingTable*>& tables) {
+  std::vector<LookupArgs> args;
+  for (const auto& l : lookups) {
+    const EmbeddingTable* t = tables[l.table];
+    args.push_back({l.values.data(), l.offsets.data(), t->first_row(), t->rows(), l.mean,
+                    t->trainable()});
+  }
+  return args;
+}
+
+std::vector<SparseOptimizerSpec> AllSpecs() {
+  using Kind = SparseOptimizerSpec::Kind;
+  using Mode = SparseOptimizerSpec::WeightDecayMode;
+  std::vector<SparseOptimizerSpec> specs;
+  SparseOptimizerSpec s;
+  s.lr = 0.05f;
+  s.kind = Kind::kSgd;
+  specs.push_back(s);
+  s.kind = Kind::kAdagrad;
+  s.initial_accumulator = 0.1f;
+  specs.push_back(s);
+  s.gradient_clipping = true;
+  s.max_gradient = 0.05f;
+  specs.push_back(s);
+  s.gradient_clipping = false;
+  s.kind = Kind::kRowwiseAdagrad;
+  for (Mode mode : {Mode::kNone, Mode::kL2, Mode::kDecouple}) {
+    s.weight_decay_mode = mode;
+    s.weight_decay = mode == Mode::kNone ? 0.0f : 0.01f;
+    specs.push_back(s);
+  }
+  s = SparseOptimizerSpec();
+  s.kind = Kind::kAdam;
+  s.lr = 0.01f;
+  specs.push_back(s);
+  s.weight_decay = 0.02f;
+  specs.push_back(s);
+  return specs;
+}
+
+// Every fused kernel equals the reference twin, step after step, for every optimizer.
+TEST(FusedEmbedding, MatchesReferenceTwinForEveryOptimizer) {
+  std::mt19937 rng(7);
+  for (const auto& spec : AllSpecs()) {
+    for (int dim : {1, 4, 16, 19}) {
+      SCOPED_TRACE(::testing::Message() << spec.Name() << " dim " << dim << " clip "
+                                        << spec.gradient_clipping << " wd mode "
+                                        << static_cast<int>(spec.weight_decay_mode));
+      torch::manual_seed(dim);
+      SparseOptimizer optimizer(spec);
+      EmbeddingStorage fused(dim, &optimizer), reference(dim, &optimizer);
+      std::vector<EmbeddingTable*> fused_tables, reference_tables;
+      for (auto [rows, trainable] : {std::pair<int64_t, bool>{30, true}, {7, true}, {9, false}}) {
+        fused_tables.push_back(fused.AddTable("t", rows, trainable));
+        reference_tables.push_back(reference.AddTable("t", rows, trainable));
+      }
+      fused.Allocate();
+      reference.Allocate();
+      reference.tensor().copy_(fused.tensor());
+      const int64_t bags = 37;
+      for (int64_t iteration = 1; iteration <= 3; ++iteration) {
+        std::vector<RandomLookup> lookups = {
+            MakeLookup(rng, 0, 30, bags, false), MakeLookup(rng, 1, 7, bags, true),
+            MakeLookup(rng, 0, 30, bags, true),  // the same table twice: gradients must add up
+            MakeLookup(rng, 2, 9, bags, false)};  // frozen
+        const int64_t width = static_cast<int64_t>(lookups.size()) * dim;
+        at::Tensor out_fused = torch::empty({bags, width}), out_reference = torch::empty({bags, width});
+        FusedKernels().forward(fused.data(), fused.row_width(), dim, Args(lookups, fused_tables),
+                               bags, out_fused.data_ptr<float>());
+        ReferenceKernels().forward(reference.data(), reference.row_width(), dim,
+                                   Args(lookups, reference_tables), bags,
+                                   out_reference.data_ptr<float>());
+        EXPECT_TRUE(torch::allclose(out_fused, out_reference, 1e-5, 1e-6));
+        at::Tensor grad = torch::randn({bags, width});
+        FusedKernels().backward_update(&fused, Args(lookups, fused_tables), bags,
+                                       grad.data_ptr<float>(), iteration);
+        ReferenceKernels().backward_update(&reference, Args(lookups, reference_tables), bags,
+                                           grad.data_ptr<float>(), iteration);
+        EXPECT_TRUE(torch::allclose(fused.tensor(), reference.tensor(), 1e-5, 1e-6))
+            << (fused.tensor() - reference.tensor()).abs().max();
+      }
+      // The frozen table never moved.
+      EXPECT_TRUE(torch::equal(fused_tables[2]->weight(), reference_tables[2]->weight()));
+    }
+  }
+}
+
+// Through autograd: SGD with lr 1 moves each row by exactly its gradient, which must equal
+// the finite difference of the loss with respect to that weight (the lookup is linear in the
+// weights, so float central differences are exact up to rounding).
+TEST(FusedEmbedding, AutogradGradientMatchesFiniteDifferences) {
+  std::mt19937 rng(9);
+  SparseOptimizerSpec spec;
+  spec.kind = SparseOptimizerSpec::Kind::kSgd;
+  spec.lr = 1.0f;
+  SparseOptimizer optimizer(spec);
+  EmbeddingStorage storage(3, &optimizer);
+  EmbeddingTable* a = storage.AddTable("a", 6, true);
+  EmbeddingTable* b = storage.AddTable("b", 5, true);
+  storage.Allocate();
+  const int64_t bags = 8;
+  auto la = MakeLookup(rng, 0, 6, bags, false), lb = MakeLookup(rng, 1, 5, bags, true);
+  std::vector<LookupTensors> inputs = {
+      {torch::tensor(la.values, torch::kLong), torch::tensor(la.offsets, torch::kLong), a, false},
+      {torch::tensor(lb.values, torch::kLong), torch::tensor(lb.offsets, torch::kLong), b, true}};
+  at::Tensor upstream = torch::randn({bags, 6});
+  auto loss = [&]() {
+    torch::NoGradGuard no_grad;
+    return (StoragePooledLookup(&storage, inputs, bags, false).to(torch::kDouble) *
+            upstream.to(torch::kDouble))
+        .sum()
+        .item<double>();
+  };
+  at::Tensor before = storage.tensor().clone();
+  std::vector<double> numeric(before.numel());
+  const float eps = 1e-2f;
+  for (int64_t i = 0; i < before.numel(); ++i) {
+    float* x = storage.data() + i;
+    const float saved = *x;
+    *x = saved + eps;
+    double plus = loss();
+    *x = saved - eps;
+    double minus = loss();
+    *x = saved;
+    numeric[i] = (plus - minus) / (2 * eps);
+  }
+  at::Tensor out = StoragePooledLookup(&storage, inputs, bags, true);
+  (out * upstream).sum().backward();
+  at::Tensor moved = (before - storage.tensor()).contiguous();
+  for (int64_t i = 0; i < before.numel(); ++i) {
+    EXPECT_NEAR(moved.data_ptr<float>()[i], numeric[i], 2e-3) << i;
+  }
+  // Eval mode records nothing and changes nothing.
+  at::Tensor now = storage.tensor().clone();
+  StoragePooledLookup(&storage, inputs, bags, false);
+  EXPECT_TRUE(torch::equal(now, storage.tensor()));
+}
+
+// Fused Adagrad equals LibTorch's dense Adagrad on the same gradients.
+TEST(FusedEmbedding, AdagradMatchesTorchOptimizer) {
+  std::mt19937 rng(2);
+  SparseOptimizerSpec spec;
+  spec.kind = SparseOptimizerSpec::Kind::kAdagrad;
+  spec.lr = 0.1f;
+  spec.initial_accumulator = 0.01f;
+  SparseOptimizer optimizer(spec);
+  EmbeddingStorage storage(4, &optimizer);
+  EmbeddingTable* table = storage.AddTable("t", 30, true);
+  storage.Allocate();
+  at::Tensor ref_weight = table->weight().clone().requires_grad_(true);
+  torch::optim::Adagrad ref_opt(
+      std::vector<at::Tensor>{ref_weight},
+      torch::optim::AdagradOptions(0.1).initial_accumulator_value(0.01).eps(1e-8));
+  for (int step = 0; step < 3; ++step) {
+    auto l = MakeLookup(rng, 0, 30, 40, false);
+    at::Tensor values = torch::tensor(l.values, torch::kLong);
+    at::Tensor offsets = torch::tensor(l.offsets, torch::kLong);
+    at::Tensor upstream = torch::randn({40, 4});
+    (StoragePooledLookup(&storage, {{values, offsets, table, false}}, 40, true) * upstream)
+        .sum()
+        .backward();
+    optimizer.FinishStep();
+    ref_opt.zero_grad();
+    at::Tensor ref_out =
+        std::get<0>(torch::embedding_bag(ref_weight, values, offsets.slice(0, 0, 40), false, 0));
+    (ref_out * upstream).sum().backward();
+    ref_opt.step();
+  }
+  EXPECT_TRUE(torch::allclose(table->weight(), ref_weight.detach(), 1e-5, 1e-6))
+      << (table->weight() - ref_weight).abs().max();
+}
+
+}  // namespace
+}  // namespace tzrec
