@@ -159,6 +159,9 @@ const std::vector<std::string>& SupportedConfigFields() {
       "model_config.deepfm.deep.*",
       "model_config.deepfm.final.*",
       "model_config.deepfm.wide_embedding_dim",
+      "model_config.dlrm.dense_mlp.*",
+      "model_config.dlrm.final.*",
+      "model_config.dlrm.arch_with_sparse",
   };
   return kFields;
 }

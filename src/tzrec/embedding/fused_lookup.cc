@@ -47,25 +47,43 @@ void FusedForward(const float* data, int row_width, int dim, const std::vector<L
   });
 }
 
+inline void AccumulateScaled(float* __restrict g, const float* __restrict src, float scale,
+                             int dim) {
+  for (int d = 0; d < dim; ++d) g[d] += scale * src[d];
+}
+
 void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
                          int64_t bags, const float* grad, int64_t iteration) {
   const int dim = storage->dim();
   const int row_width = storage->row_width();
   const int64_t num_lookups = static_cast<int64_t>(lookups.size());
   int32_t* slots = storage->slots();
-  // 1) De-duplicate rows; remember each occurrence's slot, gradient row and scale.
+  // 1) De-duplicate rows; remember each occurrence's slot and where its gradient comes from.
+  struct Occurrence {
+    int64_t grad_row;  // bag * num_lookups + lookup: the row of `grad` to add
+    float scale;       // 1, or 1/bag length for mean pooling
+  };
+  int64_t total = 0;
+  for (const LookupArgs& l : lookups) {
+    if (l.trainable) total += l.offsets[bags];
+  }
   std::vector<int64_t> unique_rows;
+  unique_rows.reserve(total);
   std::vector<int32_t> occurrence_slot;
-  std::vector<int64_t> occurrence_grad;  // index of the grad row (bag * num_lookups + lookup)
-  std::vector<float> occurrence_scale;
+  occurrence_slot.reserve(total);
+  std::vector<Occurrence> occurrence;
+  occurrence.reserve(total);
   for (int64_t k = 0; k < num_lookups; ++k) {
     const LookupArgs& l = lookups[k];
     if (!l.trainable) continue;
+    const int64_t last_id = l.offsets[bags];
     for (int64_t b = 0; b < bags; ++b) {
       const int64_t first = l.offsets[b], last = l.offsets[b + 1];
       if (first == last) continue;
       const float scale = l.mean ? 1.0f / static_cast<float>(last - first) : 1.0f;
       for (int64_t i = first; i < last; ++i) {
+        // The slot map is large and randomly accessed: fetch a few ids ahead.
+        if (i + 16 < last_id) __builtin_prefetch(slots + l.first_row + l.values[i + 16], 1);
         const int64_t row = l.first_row + l.values[i];
         int32_t slot = slots[row];
         if (slot < 0) {
@@ -74,8 +92,7 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
           unique_rows.push_back(row);
         }
         occurrence_slot.push_back(slot);
-        occurrence_grad.push_back(b * num_lookups + k);
-        occurrence_scale.push_back(scale);
+        occurrence.push_back({b * num_lookups + k, scale});
       }
     }
   }
@@ -85,30 +102,29 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   std::vector<int64_t> start(unique + 1, 0);
   for (int32_t s : occurrence_slot) ++start[s + 1];
   for (int64_t s = 0; s < unique; ++s) start[s + 1] += start[s];
-  std::vector<int64_t> order(occurrences);
+  std::vector<Occurrence> sorted(occurrences);
   {
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t n = 0; n < occurrences; ++n) order[fill[occurrence_slot[n]]++] = n;
+    for (int64_t n = 0; n < occurrences; ++n) sorted[fill[occurrence_slot[n]]++] = occurrence[n];
   }
   // 3) Per unique row: sum its gradient, then update the row in place.
   const SparseOptimizerSpec& spec = storage->optimizer().spec();
   const float bias1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));
   const float bias2 = 1.0f - std::pow(spec.beta2, static_cast<float>(iteration));
   float* data = storage->data();
-  at::parallel_for(0, unique, 64, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, unique, 256, [&](int64_t begin, int64_t end) {
     std::vector<float> g(dim);
     for (int64_t s = begin; s < end; ++s) {
-      if (s + 2 < end) {
-        float* next = data + unique_rows[s + 2] * row_width;
+      if (s + 6 < end) {
+        float* next = data + unique_rows[s + 6] * row_width;
         __builtin_prefetch(next, 1);
         if (row_width > 16) __builtin_prefetch(next + 16, 1);
+        if (row_width > 32) __builtin_prefetch(next + 32, 1);
+        __builtin_prefetch(grad + sorted[start[s + 6]].grad_row * dim);
       }
       std::fill(g.begin(), g.end(), 0.0f);
       for (int64_t k = start[s]; k < start[s + 1]; ++k) {
-        const int64_t n = order[k];
-        const float* src = grad + occurrence_grad[n] * dim;
-        const float scale = occurrence_scale[n];
-        for (int d = 0; d < dim; ++d) g[d] += scale * src[d];
+        AccumulateScaled(g.data(), grad + sorted[k].grad_row * dim, sorted[k].scale, dim);
       }
       UpdateRow(spec, data + unique_rows[s] * row_width, g.data(), dim, iteration, bias1, bias2);
     }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Training throughput of tzrec-cpp against a PyTorch eager reference of the same models
+# (bench/reference/train_reference.py) on the same generated Criteo-like data, in one
+# invocation: DeepFM and DLRM (bench/configs/*_criteo_bench.config), batch 4096, the same
+# thread count, BLAS (the system libblas.so.3) and allocator (tcmalloc, preloaded for the
+# reference). Prints samples/s of both (median of RUNS runs, interleaved so machine noise hits
+# both alike), the ratio, the eval AUC of both after one epoch, the embedding / MLP
+# micro-benchmarks, and as its last line: `deepfm ratio=<x> dlrm ratio=<y>`.
+#
+# Env: RUNS (3), STEPS timed steps (60), WARMUP (20), THREADS (all cores), TRAIN_ROWS (409600).
+# OPENBLAS_CORETYPE is left as the environment has it, for both sides alike.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+STEPS=${STEPS:-60}
+WARMUP=${WARMUP:-20}
+THREADS=${THREADS:-$(nproc)}
+TRAIN_ROWS=${TRAIN_ROWS:-409600}
+OUT=bench/out
+mkdir -p $OUT
+
+scripts/install_deps.sh
+if ! /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; then
+  echo "[bench] installing python3-torch for the reference implementation"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-torch python3-numpy >/dev/null
+fi
+scripts/build.sh tzrec tzrec_micro_bench >/dev/null
+TCMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
+
+if [ ! -f $OUT/data/oracle.json ] || [ "$(cat $OUT/data/rows 2>/dev/null)" != "$TRAIN_ROWS" ]; then
+  rm -rf $OUT/data
+  build/tzrec gen_data --pipeline_config_path=bench/configs/deepfm_criteo_bench.config \
+    --output_dir=$OUT/data --train_rows=$TRAIN_ROWS --eval_rows=40960 --num_files=4 >/dev/null 2>&1
+  echo "$TRAIN_ROWS" > $OUT/data/rows
+fi
+TRAIN="$OUT/data/train/*.csv"
+EVAL="$OUT/data/eval/*.csv"
+export OMP_NUM_THREADS=$THREADS
+
+median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+
+# Ours: steady-state it/s from the log lines after warm-up, times the batch size.
+ours_rate() {
+  local model=$1 log=$OUT/ours_$1.log
+  rm -rf $OUT/$model
+  build/tzrec train_eval --pipeline_config_path=bench/configs/${model}_criteo_bench.config \
+    --eval_input_path="" --edit_config_json="{\"train_config.num_epochs\": 0,
+      \"train_config.num_steps\": $((WARMUP + STEPS + 1)),
+      \"train_config.log_step_count_steps\": $WARMUP}" >$log 2>&1
+  # Rates logged after the warm-up window, weighted by the steps they cover.
+  sed -n 's/.*Training Epoch [0-9]*: \([0-9]*\)it \[\([0-9.]*\)it\/s\].*/\1 \2/p' $log |
+    awk -v w=$WARMUP 'NR>1 && $1>w {s+=$2; n++} END {printf "%.1f\n", s/n*4096}'
+}
+
+reference_rate() {
+  LD_PRELOAD=$TCMALLOC /usr/bin/python3 bench/reference/train_reference.py --model $1 \
+    --train "$TRAIN" --eval "$EVAL" --batch_size 4096 --threads $THREADS \
+    --warmup_steps $WARMUP --steps $STEPS >$OUT/reference_$1.log 2>&1
+  sed -n 's/^reference_samples_per_sec=//p' $OUT/reference_$1.log
+}
+
+declare -A RATIO
+for model in deepfm dlrm; do
+  ours=(); ref=()
+  for run in $(seq 1 $RUNS); do
+    ours+=("$(ours_rate $model)")
+    ref+=("$(reference_rate $model)")
+    echo "[bench] $model run $run: ours ${ours[-1]} samples/s, reference ${ref[-1]} samples/s"
+  done
+  o=$(printf '%s\n' "${ours[@]}" | median)
+  r=$(printf '%s\n' "${ref[@]}" | median)
+  RATIO[$model]=$(awk -v o=$o -v r=$r 'BEGIN {printf "%.2f", o/r}')
+  echo "$model: ours ${o} samples/s, reference ${r} samples/s (median of $RUNS), ratio ${RATIO[$model]}"
+
+  # Quality: one epoch each, eval AUC on the same eval rows.
+  rm -rf $OUT/$model
+  build/tzrec train_eval --pipeline_config_path=bench/configs/${model}_criteo_bench.config \
+    >$OUT/ours_${model}_epoch.log 2>&1
+  ours_auc=$(tail -n 1 $OUT/$model/train_eval_result_v2.txt | sed -n 's/.*"auc": \([0-9.e-]*\).*/\1/p')
+  LD_PRELOAD=$TCMALLOC /usr/bin/python3 bench/reference/train_reference.py --model $model \
+    --train "$TRAIN" --eval "$EVAL" --batch_size 4096 --threads $THREADS --steps 0 --epochs 1 \
+    >$OUT/reference_${model}_epoch.log 2>&1
+  ref_auc=$(sed -n 's/^reference_eval_auc=//p' $OUT/reference_${model}_epoch.log)
+  echo "$model: eval AUC after one epoch: ours $ours_auc, reference $ref_auc (oracle $(sed -n 's/.*"oracle_auc": \([0-9.]*\).*/\1/p' $OUT/data/oracle.json))"
+done
+
+echo "[bench] micro-benchmarks:"
+build/tzrec_micro_bench 2>&1 | sed 's/^/  /'
+echo "deepfm ratio=${RATIO[deepfm]} dlrm ratio=${RATIO[dlrm]}"
