@@ -11,7 +11,10 @@
 #include <random>
 #include <string>
 
+#include "tzrec/config/pipeline_config.h"
+#include "tzrec/data/dataset.h"
 #include "tzrec/embedding/embedding_storage.h"
+#include "tzrec/features/feature.h"
 #include "tzrec/embedding/fused_lookup.h"
 #include "tzrec/modules/fast_linear.h"
 #include "tzrec/train/runtime.h"
@@ -114,12 +117,35 @@ void RawGemmBench() {
   std::printf("raw dnnl_sgemm NT 4096x256x512: %.0f GFLOP/s\n", 20 * 2.0 * m * n * k / Seconds(start) / 1e9);
 }
 
+// Reads a whole dataset (CSV -> parsed batches) as the trainer would, reporting rows/s.
+void DataBench(const std::string& config_path, const std::string& input, int workers) {
+  auto config = tzrec::LoadPipelineConfig(config_path);
+  config.mutable_data_config()->set_num_workers(workers);
+  auto features = tzrec::CreateFeatures(config.feature_configs(), config.data_config());
+  std::vector<const tzrec::Feature*> ptrs;
+  for (auto& f : features) ptrs.push_back(f.get());
+  tzrec::Dataset dataset(config.data_config(), ptrs, input, tzrec::DatasetMode::kTrain, 1);
+  auto start = std::chrono::steady_clock::now();
+  auto stream = dataset.Open(0);
+  tzrec::ParsedBatch batch;
+  int64_t rows = 0;
+  while (stream->Next(&batch)) rows += batch.size;
+  double seconds = Seconds(start);
+  std::printf("data %s workers=%d: %.0f rows/s (%.0f rows/s per worker thread), %.2f ms per 4096-row batch\n",
+              input.c_str(), workers, rows / seconds, rows / seconds / workers,
+              seconds / rows * 4096 * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tzrec::InitRuntime();
   const int threads = at::get_num_threads();
   const std::string only = argc > 1 ? argv[1] : "";
+  if (only == "data") {
+    for (int workers : {1, 2}) DataBench(argv[2], argv[3], workers);
+    return 0;
+  }
   if (only == "emb") {
     EmbeddingBench(1000000, 1);
     return 0;

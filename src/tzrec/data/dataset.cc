@@ -1,5 +1,7 @@
 #include "tzrec/data/dataset.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <random>
 #include <set>
@@ -190,6 +192,12 @@ void BatchStream::Push(int worker, ParsedBatch batch) {
 
 void BatchStream::RunWorker(int worker, std::vector<std::string> files) {
   const DatasetOptions& options = dataset_->options();
+  if (options.background_priority) {
+    // Readers only use CPU the compute threads leave idle: preempting one of LibTorch's OpenMP
+    // threads stalls every thread of a parallel GEMM at its next barrier.
+    sched_param param{};
+    sched_setscheduler(0, SCHED_IDLE, &param);
+  }
   std::mt19937_64 rng(options.seed * 7919ULL + static_cast<uint64_t>(epoch_) * 104729ULL +
                       static_cast<uint64_t>(worker));
   std::vector<ParsedBatch> shuffle_buffer;

@@ -39,6 +39,7 @@ struct DatasetOptions {
   std::vector<std::string> label_fields;
   std::vector<std::string> sample_weight_fields;
   size_t prefetch_batches = 4;  // per worker
+  bool background_priority = true;  // reader threads run at SCHED_IDLE
 };
 
 class BatchStream;

@@ -124,36 +124,59 @@ std::vector<EmbeddingTable*> EmbeddingGroup::tables() const { return tables_; }
 
 std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch, bool training) {
   TZREC_CHECK(materialized(), "EmbeddingGroup::Materialize was not called");
-  std::vector<at::Tensor> pooled(lookups_.size());
+  // One [B, L*dim] output per storage; lookup i sits at columns of position_in_storage[i].
+  std::vector<at::Tensor> storage_out(storages_.size());
+  std::vector<int> storage_of(lookups_.size(), -1), position_of(lookups_.size(), -1);
   for (size_t s = 0; s < storages_.size(); ++s) {
     if (storage_lookups_[s].empty()) continue;
     std::vector<LookupTensors> inputs;
-    for (int i : storage_lookups_[s]) {
+    for (size_t k = 0; k < storage_lookups_[s].size(); ++k) {
+      const int i = storage_lookups_[s][k];
       const Lookup& lookup = lookups_[i];
       auto it = batch.sparse.find(lookup.feature->name());
       TZREC_CHECK(it != batch.sparse.end(), "batch lacks sparse feature ", lookup.feature->name());
       inputs.push_back({it->second.values, it->second.offsets, tables_[lookup.table],
                         lookup.feature->pooling() == "mean"});
+      storage_of[i] = static_cast<int>(s);
+      position_of[i] = static_cast<int>(k);
     }
-    at::Tensor out = StoragePooledLookup(storages_[s].get(), inputs, batch.size, training);
-    const int64_t dim = storages_[s]->dim();
-    for (size_t k = 0; k < storage_lookups_[s].size(); ++k) {
-      pooled[storage_lookups_[s][k]] = out.narrow(1, static_cast<int64_t>(k) * dim, dim);
-    }
+    storage_out[s] = StoragePooledLookup(storages_[s].get(), inputs, batch.size, training);
   }
   std::map<std::string, at::Tensor> out;
   for (const auto& name : group_order_) {
+    // Neighbouring features that are neighbours in a storage output become one slice: every
+    // slice costs a full-size gradient buffer in backward, so fewer slices is much faster.
     std::vector<at::Tensor> parts;
+    int run_storage = -1, run_begin = 0, run_end = 0;
+    auto flush = [&]() {
+      if (run_storage < 0) return;
+      const at::Tensor& full = storage_out[run_storage];
+      const int64_t dim = storages_[run_storage]->dim();
+      parts.push_back(run_begin == 0 && run_end * dim == full.size(1)
+                          ? full
+                          : full.narrow(1, run_begin * dim, (run_end - run_begin) * dim));
+      run_storage = -1;
+    };
     for (const auto& m : groups_.at(name)) {
       if (m.lookup >= 0) {
-        parts.push_back(pooled[m.lookup]);
+        const int s = storage_of[m.lookup], k = position_of[m.lookup];
+        if (s == run_storage && k == run_end) {
+          ++run_end;
+          continue;
+        }
+        flush();
+        run_storage = s;
+        run_begin = k;
+        run_end = k + 1;
       } else {
+        flush();
         auto it = batch.dense.find(m.feature->name());
         TZREC_CHECK(it != batch.dense.end(), "batch lacks dense feature ", m.feature->name());
         parts.push_back(it->second);
       }
     }
-    out[name] = parts.size() == 1 ? parts[0].contiguous() : at::cat(parts, 1);
+    flush();
+    out[name] = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
   }
   return out;
 }
