@@ -10,6 +10,7 @@
 #include "tzrec/loss/losses.h"
 #include "tzrec/models/model.h"
 #include "tzrec/modules/fm.h"
+#include "tzrec/modules/interaction.h"
 
 namespace tzrec {
 namespace {
@@ -127,6 +128,61 @@ TEST(DeepFM, ForwardMatchesHandComputation) {
   EXPECT_NEAR(logits[0].item<double>(), row0, 1e-5);
   EXPECT_NEAR(logits[1].item<double>(), row1, 1e-5);
   EXPECT_NEAR(predictions.at("probs")[0].item<double>(), 1.0 / (1.0 + std::exp(-row0)), 1e-6);
+}
+
+TEST(PairwiseInteraction, MatchesBruteForce) {
+  torch::manual_seed(4);
+  at::Tensor x = torch::randn({3, 5, 4});
+  at::Tensor out = PairwiseInteraction(x);
+  ASSERT_EQ(out.sizes(), (at::IntArrayRef{3, 10}));
+  for (int64_t b = 0; b < 3; ++b) {
+    int64_t column = 0;
+    for (int64_t i = 0; i < 5; ++i) {
+      for (int64_t j = i + 1; j < 5; ++j, ++column) {
+        EXPECT_NEAR(out[b][column].item<float>(), (x[b][i] * x[b][j]).sum().item<float>(), 1e-5);
+      }
+    }
+  }
+}
+
+TEST(DLRM, ForwardShapesAndConfigChecks) {
+  auto config = ParsePipelineConfigText(R"(
+    feature_configs { raw_feature { feature_name: "d0" } }
+    feature_configs { raw_feature { feature_name: "d1" } }
+    feature_configs { id_feature { feature_name: "a" num_buckets: 5 embedding_dim: 4 } }
+    feature_configs { id_feature { feature_name: "b" num_buckets: 6 embedding_dim: 4 } }
+    model_config {
+      feature_groups { group_name: "dense" feature_names: ["d0", "d1"] }
+      feature_groups { group_name: "sparse" feature_names: ["a", "b"] }
+      dlrm { dense_mlp { hidden_units: [8, 4] } final { hidden_units: [6] } }
+      losses { binary_cross_entropy {} }
+    })", "dlrm");
+  auto features = CreateFeatures(config.feature_configs(), config.data_config());
+  std::vector<const Feature*> ptrs;
+  for (auto& f : features) ptrs.push_back(f.get());
+  auto model = CreateModel(config.model_config(), ptrs, {"label"}, {});
+  // final input = 3 pairwise products + 4 dense + 8 sparse = 15
+  auto params = model->named_parameters();
+  EXPECT_EQ(params["final_mlp.mlp.0.perceptron.0.weight"].size(1), 15);
+  protos::SparseOptimizer sgd_config;
+  sgd_config.mutable_sgd_optimizer()->set_lr(0.1f);
+  SparseOptimizer sgd(ParseSparseOptimizer(sgd_config));
+  model->embedding_group().Materialize(&sgd);
+  ParsedBatch parsed;
+  parsed.size = 2;
+  parsed.sparse["a"] = {{1, 2}, {1, 1}};
+  parsed.sparse["b"] = {{5}, {0, 1}};
+  parsed.dense["d0"] = {1, {0.5f, -1.f}};
+  parsed.dense["d1"] = {1, {2.f, 0.f}};
+  parsed.labels["label"] = {1.f, 0.f};
+  Batch batch = ToBatch(std::move(parsed));
+  auto predictions = model->Predict(batch);
+  EXPECT_EQ(predictions.at("logits").sizes(), (at::IntArrayRef{2}));
+  auto losses = model->ComputeLoss(predictions, batch);
+  losses.at("binary_cross_entropy").backward();  // gradients reach the tables without error
+  auto bad = config.model_config();
+  bad.mutable_dlrm()->mutable_dense_mlp()->set_hidden_units(1, 5);
+  EXPECT_TZREC_ERROR(CreateModel(bad, ptrs, {"label"}, {}), "must equal the sparse feature dim");
 }
 
 TEST(EmbeddingGroup, SharingShapesAndErrors) {

@@ -284,6 +284,26 @@ TEST(Training, CheckpointWritesAreAtomicAndPruned) {
   EXPECT_EQ(LatestCheckpoint(checkpoints[0].path)->step, 30);
 }
 
+// The fused embedding engine and its plain reference twin train to the same model: same
+// AUC (the issue's bar is +-0.002; float summation order is the only difference).
+TEST(Training, FusedAndReferenceEmbeddingEnginesReachTheSameAuc) {
+  TempDir dir;
+  std::string config = WriteSmallConfig(dir);
+  std::map<std::string, double> auc;
+  for (const char* engine : {"0", "1"}) {
+    setenv("TZREC_EMBEDDING_REFERENCE", engine, 1);
+    DeterministicRuntime();
+    auto options = SmallOptions(dir, config, dir.File(std::string("engine") + engine));
+    options.edit_config_json = R"({"train_config.num_steps": 40})";
+    TrainAndEvaluate(options);
+    EvalOptions eval;
+    eval.pipeline_config_path = dir.File(std::string("engine") + engine + "/pipeline.config");
+    auc[engine] = Evaluate(eval).at("auc");
+  }
+  unsetenv("TZREC_EMBEDDING_REFERENCE");
+  EXPECT_NEAR(auc["0"], auc["1"], 0.002);
+}
+
 TEST(Training, EvalNumStepsLimitsEvaluationBatches) {
   TempDir dir;
   std::string config = WriteSmallConfig(dir);

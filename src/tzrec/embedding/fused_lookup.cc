@@ -52,12 +52,19 @@ inline void AccumulateScaled(float* __restrict g, const float* __restrict src, f
   for (int d = 0; d < dim; ++d) g[d] += scale * src[d];
 }
 
-void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
-                         int64_t bags, const float* grad, int64_t iteration) {
+// One partition of the backward: the rows with RowPartition(row) == part. Partitions own
+// disjoint rows, so they run in parallel on the shared slot map without locks, and each
+// row's gradient is summed in occurrence order (deterministic for any thread count).
+void BackwardPartition(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                       int64_t bags, const float* grad, int64_t iteration, int64_t part,
+                       int64_t parts) {
   const int dim = storage->dim();
   const int row_width = storage->row_width();
   const int64_t num_lookups = static_cast<int64_t>(lookups.size());
   int32_t* slots = storage->slots();
+  auto in_partition = [&](int64_t row) {
+    return parts == 1 || static_cast<int64_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ULL) >> 40) % parts == part;
+  };
   // 1) De-duplicate rows; remember each occurrence's slot and where its gradient comes from.
   struct Occurrence {
     int64_t grad_row;  // bag * num_lookups + lookup: the row of `grad` to add
@@ -67,12 +74,13 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   for (const LookupArgs& l : lookups) {
     if (l.trainable) total += l.offsets[bags];
   }
+  const int64_t expected = total / parts + 64;
   std::vector<int64_t> unique_rows;
-  unique_rows.reserve(total);
+  unique_rows.reserve(expected);
   std::vector<int32_t> occurrence_slot;
-  occurrence_slot.reserve(total);
+  occurrence_slot.reserve(expected);
   std::vector<Occurrence> occurrence;
-  occurrence.reserve(total);
+  occurrence.reserve(expected);
   for (int64_t k = 0; k < num_lookups; ++k) {
     const LookupArgs& l = lookups[k];
     if (!l.trainable) continue;
@@ -82,9 +90,10 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
       if (first == last) continue;
       const float scale = l.mean ? 1.0f / static_cast<float>(last - first) : 1.0f;
       for (int64_t i = first; i < last; ++i) {
+        const int64_t row = l.first_row + l.values[i];
+        if (!in_partition(row)) continue;
         // The slot map is large and randomly accessed: fetch a few ids ahead.
         if (i + 16 < last_id) __builtin_prefetch(slots + l.first_row + l.values[i + 16], 1);
-        const int64_t row = l.first_row + l.values[i];
         int32_t slot = slots[row];
         if (slot < 0) {
           slot = static_cast<int32_t>(unique_rows.size());
@@ -112,25 +121,37 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   const float bias1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));
   const float bias2 = 1.0f - std::pow(spec.beta2, static_cast<float>(iteration));
   float* data = storage->data();
-  at::parallel_for(0, unique, 256, [&](int64_t begin, int64_t end) {
-    std::vector<float> g(dim);
-    for (int64_t s = begin; s < end; ++s) {
-      if (s + 6 < end) {
-        float* next = data + unique_rows[s + 6] * row_width;
-        __builtin_prefetch(next, 1);
-        if (row_width > 16) __builtin_prefetch(next + 16, 1);
-        if (row_width > 32) __builtin_prefetch(next + 32, 1);
-        __builtin_prefetch(grad + sorted[start[s + 6]].grad_row * dim);
-      }
-      std::fill(g.begin(), g.end(), 0.0f);
-      for (int64_t k = start[s]; k < start[s + 1]; ++k) {
-        AccumulateScaled(g.data(), grad + sorted[k].grad_row * dim, sorted[k].scale, dim);
-      }
-      UpdateRow(spec, data + unique_rows[s] * row_width, g.data(), dim, iteration, bias1, bias2);
+  std::vector<float> g(dim);
+  for (int64_t s = 0; s < unique; ++s) {
+    if (s + 6 < unique) {
+      float* next = data + unique_rows[s + 6] * row_width;
+      __builtin_prefetch(next, 1);
+      if (row_width > 16) __builtin_prefetch(next + 16, 1);
+      if (row_width > 32) __builtin_prefetch(next + 32, 1);
+      __builtin_prefetch(grad + sorted[start[s + 6]].grad_row * dim);
+    }
+    std::fill(g.begin(), g.end(), 0.0f);
+    for (int64_t k = start[s]; k < start[s + 1]; ++k) {
+      AccumulateScaled(g.data(), grad + sorted[k].grad_row * dim, sorted[k].scale, dim);
+    }
+    UpdateRow(spec, data + unique_rows[s] * row_width, g.data(), dim, iteration, bias1, bias2);
+  }
+  // 4) Free this partition's slots for the next batch.
+  for (int64_t row : unique_rows) slots[row] = -1;
+}
+
+void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                         int64_t bags, const float* grad, int64_t iteration) {
+  storage->slots();  // allocate before the threads share it
+  int64_t total = 0;
+  for (const LookupArgs& l : lookups) total += l.offsets[bags];
+  // Small batches are not worth a second pass over the ids.
+  const int64_t parts = total < 8192 ? 1 : at::get_num_threads();
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      BackwardPartition(storage, lookups, bags, grad, iteration, part, parts);
     }
   });
-  // 4) Free the slots for the next batch.
-  for (int64_t row : unique_rows) slots[row] = -1;
 }
 
 struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFunction> {
@@ -208,11 +229,9 @@ const PooledLookupKernels& FusedKernels() {
 }
 
 const PooledLookupKernels& SelectedKernels() {
-  static const bool reference = [] {
-    const char* flag = std::getenv("TZREC_EMBEDDING_REFERENCE");
-    return flag && std::strcmp(flag, "1") == 0;
-  }();
-  return reference ? ReferenceKernels() : FusedKernels();
+  // Read on every call (cheap next to a kernel) so tests can switch engines in one process.
+  const char* flag = std::getenv("TZREC_EMBEDDING_REFERENCE");
+  return flag && std::strcmp(flag, "1") == 0 ? ReferenceKernels() : FusedKernels();
 }
 
 at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
