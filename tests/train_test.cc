@@ -68,7 +68,8 @@ TEST(TrainEvalCli, TrainsDeepFMCloseToTheOracleAndWritesModelDir) {
   // keep_checkpoint_max: 2 of the 3 epoch checkpoints survive.
   auto checkpoints = ListCheckpoints(model_dir);
   ASSERT_EQ(checkpoints.size(), 2u);
-  for (const char* file : {"model.pt", "optimizer.pt", "dense_optimizer.pt", "meta.json"}) {
+  for (const char* file : {"model.pt", "embedding/cat_0_emb.pt", "embedding/cat_0_emb_wide.pt",
+                           "dense_optimizer.pt", "train_state.pt", "meta.json"}) {
     EXPECT_TRUE(PathExists(checkpoints.back().path + "/" + file)) << file;
   }
   // The saved config is the edited one and loads again.
@@ -163,11 +164,14 @@ TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
 }
 
 std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
-  std::string bytes = ReadFileToString(checkpoint + "/model.pt");
-  auto dict = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
-  std::map<std::string, at::Tensor> out;
-  for (const auto& e : dict) out[e.key().toStringRef()] = e.value().toTensor();
-  return out;
+  auto all = LoadCheckpointTensors(checkpoint);
+  // Weights only: drop the optimizer state entries of tables.
+  for (auto it = all.begin(); it != all.end();) {
+    bool is_state = it->first.rfind("embedding_group.", 0) == 0 &&
+                    it->first.size() > 7 && it->first.substr(it->first.size() - 7) != ".weight";
+    it = is_state ? all.erase(it) : std::next(it);
+  }
+  return all;
 }
 
 void DeterministicRuntime() {

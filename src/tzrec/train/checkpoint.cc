@@ -8,6 +8,8 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -57,15 +59,27 @@ std::map<std::string, at::Tensor> ReadTensorDict(const std::string& path) {
   return out;
 }
 
-// Name -> tensor of everything the model holds (dense state and tables).
-std::map<std::string, at::Tensor> ModelTensors(Model& model) {
+// Name -> tensor of the model's dense state.
+std::map<std::string, at::Tensor> DenseTensors(Model& model) {
   std::map<std::string, at::Tensor> tensors;
   for (const auto& item : model.named_parameters()) tensors[item.key()] = item.value();
   for (const auto& item : model.named_buffers()) tensors[item.key()] = item.value();
-  for (EmbeddingTable* table : model.embedding_group().tables()) {
-    tensors[TableKey(*table)] = table->weight();  // strided view into the fused storage
-  }
   return tensors;
+}
+
+// Table names come from configs: keep file names to a safe alphabet.
+std::string TableFileName(const std::string& table) {
+  std::string name;
+  for (unsigned char c : table) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      name += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      name += buf;
+    }
+  }
+  return name + ".pt";
 }
 
 int64_t StepOf(const std::string& name) {
@@ -111,14 +125,13 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
   std::string tmp = TempSiblingPath(final_path);
   MakeDirs(tmp);
   try {
-    WriteTensorDict(JoinPath(tmp, "model.pt"), ModelTensors(*state.model));
-    std::map<std::string, at::Tensor> sparse_state;
+    WriteTensorDict(JoinPath(tmp, "model.pt"), DenseTensors(*state.model));
+    MakeDirs(JoinPath(tmp, "embedding"));
     for (EmbeddingTable* table : state.model->embedding_group().tables()) {
-      for (auto& kv : table->optimizer_state()) {
-        sparse_state[TableKey(*table) + "." + kv.first] = kv.second;
-      }
+      std::map<std::string, at::Tensor> tensors = {{"weight", table->weight()}};
+      for (auto& kv : table->optimizer_state()) tensors[kv.first] = kv.second;
+      WriteTensorDict(JoinPath(JoinPath(tmp, "embedding"), TableFileName(table->name())), tensors);
     }
-    WriteTensorDict(JoinPath(tmp, "optimizer.pt"), sparse_state);
     if (state.dense_optimizer) {
       torch::serialize::OutputArchive archive;
       state.dense_optimizer->save(archive);
@@ -155,43 +168,63 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
   return final_path;
 }
 
-void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& state,
-                       const RestoreOptions& options) {
+std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& checkpoint_path) {
   std::string model_file = JoinPath(checkpoint_path, "model.pt");
   if (!PathExists(model_file)) Fail("checkpoint '", checkpoint_path, "' has no model.pt");
-  auto saved = ReadTensorDict(model_file);
+  auto tensors = ReadTensorDict(model_file);
+  std::string embedding_dir = JoinPath(checkpoint_path, "embedding");
+  if (IsDirectory(embedding_dir)) {
+    for (const auto& file : ListDirectory(embedding_dir)) {
+      if (!EndsWith(file, ".pt")) continue;
+      // Undo TableFileName's escaping.
+      std::string table;
+      std::string stem = file.substr(0, file.size() - 3);
+      for (size_t i = 0; i < stem.size(); ++i) {
+        if (stem[i] == '%' && i + 2 < stem.size()) {
+          table += static_cast<char>(std::stoi(stem.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+        } else {
+          table += stem[i];
+        }
+      }
+      for (auto& kv : ReadTensorDict(JoinPath(embedding_dir, file))) {
+        std::string key = "embedding_group." + table + ".weight";
+        tensors[kv.first == "weight" ? key : key + "." + kv.first] = kv.second;
+      }
+    }
+  }
+  return tensors;
+}
+
+void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& state,
+                       const RestoreOptions& options) {
+  auto saved = LoadCheckpointTensors(checkpoint_path);
   c10::NoGradGuard no_grad;
   size_t restored = 0;
-  for (auto& kv : ModelTensors(*state.model)) {
-    auto it = saved.find(kv.first);
+  auto restore = [&](const std::string& name, at::Tensor target, bool warn) {
+    auto it = saved.find(name);
     if (it == saved.end()) {
-      LOG_WARNING << "Skip restore state [" << kv.first << "]: not in " << checkpoint_path;
-      continue;
+      if (warn) LOG_WARNING << "Skip restore state [" << name << "]: not in " << checkpoint_path;
+      return;
     }
-    if (it->second.sizes() != kv.second.sizes()) {
-      Fail("checkpoint '", checkpoint_path, "': state [", kv.first, "] has shape ",
-           it->second.sizes(), " but the model needs ", kv.second.sizes());
+    if (it->second.sizes() != target.sizes()) {
+      Fail("checkpoint '", checkpoint_path, "': state [", name, "] has shape ",
+           it->second.sizes(), " but the model needs ", target.sizes());
     }
-    kv.second.copy_(it->second);
+    target.copy_(it->second);
     ++restored;
+  };
+  for (auto& kv : DenseTensors(*state.model)) restore(kv.first, kv.second, true);
+  for (EmbeddingTable* table : state.model->embedding_group().tables()) {
+    restore(TableKey(*table), table->weight(), true);
+    if (options.restore_optimizer) {
+      for (auto& kv : table->optimizer_state()) {
+        restore(TableKey(*table) + "." + kv.first, kv.second, true);
+      }
+    }
   }
   LOG_INFO << "Restored " << restored << " tensors from " << checkpoint_path;
   if (options.restore_optimizer) {
-    std::string sparse_file = JoinPath(checkpoint_path, "optimizer.pt");
-    if (PathExists(sparse_file)) {
-      auto sparse = ReadTensorDict(sparse_file);
-      for (EmbeddingTable* table : state.model->embedding_group().tables()) {
-        for (auto& kv : table->optimizer_state()) {
-          auto it = sparse.find(TableKey(*table) + "." + kv.first);
-          if (it == sparse.end() || it->second.sizes() != kv.second.sizes()) {
-            LOG_WARNING << "Skip restore optimizer state [" << TableKey(*table) << "."
-                        << kv.first << "]";
-            continue;
-          }
-          kv.second.copy_(it->second);
-        }
-      }
-    }
     std::string dense_file = JoinPath(checkpoint_path, "dense_optimizer.pt");
     if (state.dense_optimizer && PathExists(dense_file)) {
       torch::serialize::InputArchive archive;

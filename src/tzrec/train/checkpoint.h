@@ -2,9 +2,10 @@
 //
 // Layout (each file a pickled {name: tensor} dict that Python's torch.load can read, except the
 // LibTorch optimizer archive):
-//   model.pt            dense parameters/buffers by module path, tables as
-//                       "embedding_group.<table>.weight"
-//   optimizer.pt        sparse optimizer state, "embedding_group.<table>.weight.<state>"
+//   model.pt            dense parameters/buffers by module path
+//   embedding/<table>.pt  one file per embedding table: {"weight": [rows, dim], plus the sparse
+//                       optimizer state, e.g. "sum"}; logical (unsharded) tables, written one
+//                       at a time so saving needs at most one table's worth of extra memory
 //   dense_optimizer.pt  LibTorch optimizer archive of the dense optimizer
 //   train_state.pt      torch CPU generator state and the sparse optimizer step count
 //   meta.json           {"format": ..., "global_step": step}
@@ -14,6 +15,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +49,10 @@ struct RestoreOptions {
   bool restore_optimizer = true;
   bool restore_rng = true;
 };
+// Every tensor of a checkpoint by logical name: dense ones by module path, tables as
+// "embedding_group.<table>.weight" and their optimizer state as "...weight.<state>".
+std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& checkpoint_path);
+
 // Restores weights (missing tensors are skipped with a warning; a shape mismatch is an
 // error) and, when asked and present, optimizer and RNG state.
 void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& state,
