@@ -1,7 +1,7 @@
 // The one table of config fields tzrec-cpp honours today, and the check that rejects the rest.
 //
 // Every field set in a user's config must be honoured or rejected: a field that parses but is
-// not implemented yet fails before training with "<field path>: not supported yet". Components
+// not honoured yet fails before training with "<field path>: not supported yet". Components
 // additionally check values they only partly support (e.g. dataset_type).
 #pragma once
 
