@@ -11,6 +11,24 @@ namespace tzrec {
 // Splits on every occurrence of `sep` (a string, may be multi-byte). Keeps empty pieces.
 std::vector<std::string_view> SplitView(std::string_view text, std::string_view sep);
 std::vector<std::string> Split(std::string_view text, std::string_view sep);
+// Calls fn(piece) for each piece of `text` split on `sep` (no allocation; hot parsing paths).
+template <typename Fn>
+void ForEachPiece(std::string_view text, std::string_view sep, Fn&& fn) {
+  if (sep.empty()) {
+    fn(text);
+    return;
+  }
+  size_t start = 0;
+  while (true) {
+    size_t pos = text.find(sep, start);
+    if (pos == std::string_view::npos) {
+      fn(text.substr(start));
+      return;
+    }
+    fn(text.substr(start, pos - start));
+    start = pos + sep.size();
+  }
+}
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 std::string_view Trim(std::string_view text);
 bool StartsWith(std::string_view text, std::string_view prefix);

@@ -52,22 +52,11 @@ CsvFileReader::~CsvFileReader() {
   if (file_) std::fclose(file_);
 }
 
-int CsvFileReader::Peek() {
-  if (buffer_pos_ == buffer_len_) {
-    buffer_len_ = std::fread(buffer_.data(), 1, buffer_.size(), file_);
-    buffer_pos_ = 0;
-    if (buffer_len_ == 0) {
-      if (std::ferror(file_)) Fail("read error in '", path_, "'");
-      return EOF;
-    }
-  }
-  return static_cast<unsigned char>(buffer_[buffer_pos_]);
-}
-
-int CsvFileReader::Get() {
-  int c = Peek();
-  if (c != EOF) ++buffer_pos_;
-  return c;
+bool CsvFileReader::Refill() {
+  buffer_len_ = std::fread(buffer_.data(), 1, buffer_.size(), file_);
+  buffer_pos_ = 0;
+  if (buffer_len_ == 0 && std::ferror(file_)) Fail("read error in '", path_, "'");
+  return buffer_len_ > 0;
 }
 
 bool CsvFileReader::ReadRecord() {

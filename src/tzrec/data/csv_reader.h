@@ -42,8 +42,16 @@ class CsvFileReader {
 
  private:
   bool ReadRecord();  // fills fields_, record_line_; false at EOF
-  int Peek();
-  int Get();
+  // Per-character access is the hot loop: inline, with the refill out of line.
+  int Peek() {
+    if (buffer_pos_ == buffer_len_ && !Refill()) return EOF;
+    return static_cast<unsigned char>(buffer_[buffer_pos_]);
+  }
+  int Get() {
+    if (buffer_pos_ == buffer_len_ && !Refill()) return EOF;
+    return static_cast<unsigned char>(buffer_[buffer_pos_++]);
+  }
+  bool Refill();
 
   std::string path_;
   CsvOptions options_;

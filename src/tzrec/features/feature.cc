@@ -122,14 +122,14 @@ void Feature::ParseSparse(const RecordBatch& batch, const Column& column,
       }
       case ColumnType::kString: {
         int32_t count = 0;
-        for (auto piece : SplitView(column.StringAt(row), context_.multival_sep)) {
+        ForEachPiece(column.StringAt(row), context_.multival_sep, [&](std::string_view piece) {
           int64_t id;
           if (!ParseInt64(piece, &id)) {
             FailRow(batch, row, StrCat("'", Printable(piece), "' is not an integer id"));
           }
           add_id(row, id);
           ++count;
-        }
+        });
         out->lengths.push_back(count);
         break;
       }
@@ -161,14 +161,14 @@ void Feature::ParseDense(const RecordBatch& batch, const Column& column,
       continue;
     }
     int count = 0;
-    for (auto piece : SplitView(column.StringAt(row), context_.multival_sep)) {
+    ForEachPiece(column.StringAt(row), context_.multival_sep, [&](std::string_view piece) {
       float value;
       if (!ParseFloat(piece, &value)) {
         FailRow(batch, row, StrCat("'", Printable(piece), "' is not a number"));
       }
       out->values.push_back(value);
       ++count;
-    }
+    });
     if (count != value_dim_) {
       FailRow(batch, row, StrCat(count, " values but value_dim is ", value_dim_));
     }
