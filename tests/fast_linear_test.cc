@@ -3,11 +3,13 @@
 #include <torch/torch.h>
 
 #include "tzrec/modules/fast_linear.h"
+#include "test_util.h"
 
 namespace tzrec {
 namespace {
 
 TEST(FastLinear, MatchesAtenLinearForwardAndBackward) {
+  testing::ForEachCpuIsa([] {
   torch::manual_seed(5);
   for (bool relu : {false, true}) {
     for (bool with_bias : {false, true}) {
@@ -32,6 +34,7 @@ TEST(FastLinear, MatchesAtenLinearForwardAndBackward) {
       }
     }
   }
+  });
 }
 
 // The layer is linear in x, W and b, so float central differences are exact up to rounding.

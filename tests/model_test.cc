@@ -130,45 +130,60 @@ TEST(DeepFM, ForwardMatchesHandComputation) {
   EXPECT_NEAR(predictions.at("probs")[0].item<double>(), 1.0 / (1.0 + std::exp(-row0)), 1e-6);
 }
 
+// Shapes cover the generic loops (dim 3, 4) and the dim-16 path with n spanning two
+// 16-column blocks (n 27, as DLRM on Criteo).
 TEST(PairwiseInteraction, MatchesBruteForce) {
-  torch::manual_seed(4);
-  at::Tensor x = torch::randn({3, 5, 4});
-  at::Tensor out = PairwiseInteraction(x);
-  ASSERT_EQ(out.sizes(), (at::IntArrayRef{3, 10}));
-  for (int64_t b = 0; b < 3; ++b) {
-    int64_t column = 0;
-    for (int64_t i = 0; i < 5; ++i) {
-      for (int64_t j = i + 1; j < 5; ++j, ++column) {
-        EXPECT_NEAR(out[b][column].item<float>(), (x[b][i] * x[b][j]).sum().item<float>(), 1e-5);
+  testing::ForEachCpuIsa([] {
+    for (auto [n, dim] : {std::pair<int64_t, int64_t>{5, 4}, {27, 16}, {17, 3}}) {
+      torch::manual_seed(4);
+      at::Tensor x = torch::randn({70, n, dim});
+      at::Tensor out = PairwiseInteraction(x);
+      ASSERT_EQ(out.sizes(), (at::IntArrayRef{70, n * (n - 1) / 2}));
+      at::Tensor all = torch::bmm(x.to(torch::kDouble), x.to(torch::kDouble).transpose(1, 2));
+      int64_t column = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = i + 1; j < n; ++j, ++column) {
+          EXPECT_TRUE(torch::allclose(out.select(1, column).to(torch::kDouble),
+                                      all.select(1, i).select(1, j), 1e-5, 1e-5))
+              << "pair " << i << "," << j;
+        }
       }
     }
-  }
+  });
 }
 
 // The hand-written kernel's gradient: against ATen's bmm formulation and finite differences.
 TEST(PairwiseInteraction, GradientMatchesAtenAndFiniteDifferences) {
-  torch::manual_seed(8);
-  at::Tensor x = torch::randn({4, 6, 3}).requires_grad_(true);
-  at::Tensor upstream = torch::randn({4, 15});
-  (PairwiseInteraction(x) * upstream).sum().backward();
-  at::Tensor x2 = x.detach().clone().requires_grad_(true);
-  at::Tensor all = torch::bmm(x2, x2.transpose(1, 2));
-  at::Tensor idx = torch::triu_indices(6, 6, 1);
-  at::Tensor ref = all.index({torch::indexing::Slice(), idx[0], idx[1]});
-  (ref * upstream).sum().backward();
-  EXPECT_TRUE(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
-  // Quadratic in x: central differences are exact up to rounding.
-  auto loss = [&](const at::Tensor& v) {
-    torch::NoGradGuard no_grad;
-    return (PairwiseInteraction(v).to(torch::kDouble) * upstream.to(torch::kDouble)).sum().item<double>();
-  };
-  at::Tensor base = x.detach();
-  for (int64_t i = 0; i < base.numel(); i += 5) {
-    at::Tensor plus = base.clone(), minus = base.clone();
-    plus.view(-1)[i] += 1e-2f;
-    minus.view(-1)[i] -= 1e-2f;
-    EXPECT_NEAR((loss(plus) - loss(minus)) / 2e-2, x.grad().view(-1)[i].item<double>(), 2e-3);
-  }
+  testing::ForEachCpuIsa([] {
+    for (auto [n, dim] : {std::pair<int64_t, int64_t>{6, 3}, {27, 16}}) {
+      torch::manual_seed(8);
+      const int64_t pairs = n * (n - 1) / 2;
+      at::Tensor x = torch::randn({70, n, dim}).requires_grad_(true);
+      at::Tensor upstream = torch::randn({70, pairs});
+      (PairwiseInteraction(x) * upstream).sum().backward();
+      at::Tensor x2 = x.detach().clone().requires_grad_(true);
+      at::Tensor all = torch::bmm(x2, x2.transpose(1, 2));
+      at::Tensor idx = torch::triu_indices(n, n, 1);
+      at::Tensor ref = all.index({torch::indexing::Slice(), idx[0], idx[1]});
+      (ref * upstream).sum().backward();
+      EXPECT_TRUE(torch::allclose(x.grad(), x2.grad(), 1e-4, 1e-4));
+      // Quadratic in x: central differences are exact up to rounding.
+      auto loss = [&](const at::Tensor& v) {
+        torch::NoGradGuard no_grad;
+        return (PairwiseInteraction(v).to(torch::kDouble) * upstream.to(torch::kDouble))
+            .sum()
+            .item<double>();
+      };
+      at::Tensor base = x.detach();
+      for (int64_t i = 0; i < base.numel(); i += base.numel() / 40 + 1) {
+        at::Tensor plus = base.clone(), minus = base.clone();
+        plus.view(-1)[i] += 1e-2f;
+        minus.view(-1)[i] -= 1e-2f;
+        EXPECT_NEAR((loss(plus) - loss(minus)) / 2e-2, x.grad().view(-1)[i].item<double>(),
+                    2e-2);
+      }
+    }
+  });
 }
 
 TEST(DLRM, ForwardShapesAndConfigChecks) {

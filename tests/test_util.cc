@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include "tzrec/kernels/cpu_kernels.h"
 
 namespace tzrec {
 namespace testing {
@@ -32,6 +35,22 @@ std::string SourceDir() { return TZREC_SOURCE_DIR; }
 
 std::string ReferenceConfig(const std::string& name) {
   return SourceDir() + "/tests/data/reference_configs/" + name;
+}
+
+void ForEachCpuIsa(const std::function<void()>& body) {
+  const std::string original = ActiveCpuKernels().isa;
+  int ran = 0;
+  for (const char* isa : {"baseline", "avx2", "avx512"}) {
+    if (!SetActiveCpuKernels(isa)) {
+      std::printf("[ cpu isa  ] %s not supported by this CPU, not tested here\n", isa);
+      continue;
+    }
+    SCOPED_TRACE(std::string("cpu kernels ") + isa);
+    body();
+    ++ran;
+  }
+  SetActiveCpuKernels(original.c_str());
+  EXPECT_GE(ran, 1);
 }
 
 }  // namespace testing

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 
 #include "tzrec/common/error.h"
@@ -25,6 +26,10 @@ class TempDir {
 void WriteFile(const std::string& path, const std::string& content);
 std::string SourceDir();
 std::string ReferenceConfig(const std::string& name);
+
+// Runs `body` once per CpuKernels variant this CPU can run (baseline, avx2, avx512), each
+// made active in turn, so fused kernels are checked in every compiled instruction set.
+void ForEachCpuIsa(const std::function<void()>& body);
 
 }  // namespace testing
 }  // namespace tzrec

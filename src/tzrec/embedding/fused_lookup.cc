@@ -10,46 +10,40 @@
 #include <cstring>
 
 #include "tzrec/common/error.h"
-#include "tzrec/embedding/row_update.h"
 
 namespace tzrec {
 namespace {
 
 void FusedForward(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
                   int64_t bags, float* out) {
-  const int64_t num_lookups = static_cast<int64_t>(lookups.size());
-  const int64_t out_width = num_lookups * dim;
+  const CpuKernels& kernels = ActiveCpuKernels();
   at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      // Random rows are latency bound: issue the next bag's loads before summing this one.
-      if (b + 1 < end) {
-        for (const auto& l : lookups) {
-          for (int64_t i = l.offsets[b + 1]; i < l.offsets[b + 2]; ++i) {
-            __builtin_prefetch(data + (l.first_row + l.values[i]) * row_width);
-          }
-        }
-      }
-      float* dst = out + b * out_width;
-      for (int64_t k = 0; k < num_lookups; ++k, dst += dim) {
-        const LookupArgs& l = lookups[k];
-        std::memset(dst, 0, sizeof(float) * dim);
-        const int64_t first = l.offsets[b], last = l.offsets[b + 1];
-        for (int64_t i = first; i < last; ++i) {
-          const float* row = data + (l.first_row + l.values[i]) * row_width;
-          for (int d = 0; d < dim; ++d) dst[d] += row[d];
-        }
-        if (l.mean && last > first) {
-          const float scale = 1.0f / static_cast<float>(last - first);
-          for (int d = 0; d < dim; ++d) dst[d] *= scale;
-        }
-      }
-    }
+    kernels.pooled_forward(data, row_width, dim, lookups.data(), static_cast<int>(lookups.size()),
+                           begin, end, out);
   });
 }
 
-inline void AccumulateScaled(float* __restrict g, const float* __restrict src, float scale,
-                             int dim) {
-  for (int d = 0; d < dim; ++d) g[d] += scale * src[d];
+RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t iteration) {
+  RowUpdateParams p;
+  using Kind = SparseOptimizerSpec::Kind;
+  using Mode = SparseOptimizerSpec::WeightDecayMode;
+  p.kind = spec.kind == Kind::kSgd              ? RowUpdateParams::kSgd
+           : spec.kind == Kind::kAdagrad        ? RowUpdateParams::kAdagrad
+           : spec.kind == Kind::kRowwiseAdagrad ? RowUpdateParams::kRowwiseAdagrad
+                                                : RowUpdateParams::kAdam;
+  p.weight_decay_mode = spec.weight_decay_mode == Mode::kL2         ? RowUpdateParams::kL2
+                        : spec.weight_decay_mode == Mode::kDecouple ? RowUpdateParams::kDecouple
+                                                                    : RowUpdateParams::kNone;
+  p.lr = spec.lr;
+  p.eps = spec.eps;
+  p.beta1 = spec.beta1;
+  p.beta2 = spec.beta2;
+  p.weight_decay = spec.weight_decay;
+  p.gradient_clipping = spec.gradient_clipping;
+  p.max_gradient = spec.max_gradient;
+  p.bias_correction1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));
+  p.bias_correction2 = 1.0f - std::pow(spec.beta2, static_cast<float>(iteration));
+  return p;
 }
 
 // One partition of the backward: the rows with RowPartition(row) == part. Partitions own
@@ -63,13 +57,12 @@ void BackwardPartition(EmbeddingStorage* storage, const std::vector<LookupArgs>&
   const int64_t num_lookups = static_cast<int64_t>(lookups.size());
   int32_t* slots = storage->slots();
   auto in_partition = [&](int64_t row) {
-    return parts == 1 || static_cast<int64_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ULL) >> 40) % parts == part;
+    // Fibonacci hash, then a multiply-shift range reduction (a 64-bit modulo per id costs
+    // more than the rest of this loop).
+    const uint64_t hash = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ULL) >> 32;
+    return parts == 1 || static_cast<int64_t>((hash * static_cast<uint64_t>(parts)) >> 32) == part;
   };
   // 1) De-duplicate rows; remember each occurrence's slot and where its gradient comes from.
-  struct Occurrence {
-    int64_t grad_row;  // bag * num_lookups + lookup: the row of `grad` to add
-    float scale;       // 1, or 1/bag length for mean pooling
-  };
   int64_t total = 0;
   for (const LookupArgs& l : lookups) {
     if (l.trainable) total += l.offsets[bags];
@@ -79,7 +72,7 @@ void BackwardPartition(EmbeddingStorage* storage, const std::vector<LookupArgs>&
   unique_rows.reserve(expected);
   std::vector<int32_t> occurrence_slot;
   occurrence_slot.reserve(expected);
-  std::vector<Occurrence> occurrence;
+  std::vector<GradOccurrence> occurrence;
   occurrence.reserve(expected);
   for (int64_t k = 0; k < num_lookups; ++k) {
     const LookupArgs& l = lookups[k];
@@ -111,31 +104,16 @@ void BackwardPartition(EmbeddingStorage* storage, const std::vector<LookupArgs>&
   std::vector<int64_t> start(unique + 1, 0);
   for (int32_t s : occurrence_slot) ++start[s + 1];
   for (int64_t s = 0; s < unique; ++s) start[s + 1] += start[s];
-  std::vector<Occurrence> sorted(occurrences);
+  std::vector<GradOccurrence> sorted(occurrences);
   {
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
     for (int64_t n = 0; n < occurrences; ++n) sorted[fill[occurrence_slot[n]]++] = occurrence[n];
   }
   // 3) Per unique row: sum its gradient, then update the row in place.
-  const SparseOptimizerSpec& spec = storage->optimizer().spec();
-  const float bias1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));
-  const float bias2 = 1.0f - std::pow(spec.beta2, static_cast<float>(iteration));
-  float* data = storage->data();
-  std::vector<float> g(dim);
-  for (int64_t s = 0; s < unique; ++s) {
-    if (s + 6 < unique) {
-      float* next = data + unique_rows[s + 6] * row_width;
-      __builtin_prefetch(next, 1);
-      if (row_width > 16) __builtin_prefetch(next + 16, 1);
-      if (row_width > 32) __builtin_prefetch(next + 32, 1);
-      __builtin_prefetch(grad + sorted[start[s + 6]].grad_row * dim);
-    }
-    std::fill(g.begin(), g.end(), 0.0f);
-    for (int64_t k = start[s]; k < start[s + 1]; ++k) {
-      AccumulateScaled(g.data(), grad + sorted[k].grad_row * dim, sorted[k].scale, dim);
-    }
-    UpdateRow(spec, data + unique_rows[s] * row_width, g.data(), dim, iteration, bias1, bias2);
-  }
+  std::vector<float> scratch(dim);
+  ActiveCpuKernels().sum_and_update_rows(
+      storage->data(), row_width, dim, unique_rows.data(), unique, start.data(), sorted.data(), grad,
+      MakeRowUpdateParams(storage->optimizer().spec(), iteration), scratch.data());
   // 4) Free this partition's slots for the next batch.
   for (int64_t row : unique_rows) slots[row] = -1;
 }

@@ -17,17 +17,9 @@
 #include <vector>
 
 #include "tzrec/embedding/embedding_storage.h"
+#include "tzrec/kernels/cpu_kernels.h"  // LookupArgs
 
 namespace tzrec {
-
-struct LookupArgs {
-  const int64_t* values;   // ids local to the table
-  const int64_t* offsets;  // [bags + 1]
-  int64_t first_row;       // table offset inside the storage
-  int64_t table_rows;
-  bool mean;
-  bool trainable;
-};
 
 struct PooledLookupKernels {
   void (*forward)(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,

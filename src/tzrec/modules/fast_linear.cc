@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "tzrec/common/error.h"
+#include "tzrec/kernels/cpu_kernels.h"
 
 namespace tzrec {
 namespace {
@@ -24,29 +25,6 @@ void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const fl
   dnnl_status_t status =
       dnnl_sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   TZREC_CHECK(status == dnnl_success, "dnnl_sgemm failed with status ", status);
-}
-
-// Plain loops over restrict pointers so GCC vectorises them (lambda captures by reference
-// defeat alias analysis and left these scalar).
-__attribute__((noinline)) void AddBiasRelu(float* __restrict y, const float* __restrict bias, int64_t rows, int64_t cols,
-                 bool relu) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* __restrict row = y + r * cols;
-    if (bias) {
-      for (int64_t j = 0; j < cols; ++j) row[j] += bias[j];
-    }
-    if (relu) {
-      for (int64_t j = 0; j < cols; ++j) row[j] = std::max(row[j], 0.0f);
-    }
-  }
-}
-
-__attribute__((noinline)) void ReluMask(const float* __restrict y, const float* __restrict grad,
-                                        float* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];  // unconditional loads let GCC use a blend, not a branch
-    out[i] = y[i] > 0.0f ? g : 0.0f;
-  }
 }
 
 struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction> {
@@ -63,8 +41,9 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
     }
     const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
     if (bp || relu) {
+      const CpuKernels& kernels = ActiveCpuKernels();
       at::parallel_for(0, batch, 256, [&](int64_t begin, int64_t end) {
-        AddBiasRelu(yp + begin * out, bp, end - begin, out, relu);
+        kernels.add_bias_relu(yp + begin * out, bp, end - begin, out, relu);
       });
     }
     ctx->save_for_backward({x, weight, relu ? y : at::Tensor()});
@@ -86,8 +65,9 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
       const float* g = dz.data_ptr<float>();
       const float* yp = y.data_ptr<float>();
       float* m = masked.data_ptr<float>();
+      const CpuKernels& kernels = ActiveCpuKernels();
       at::parallel_for(0, batch * out, 65536, [&](int64_t begin, int64_t end) {
-        ReluMask(yp + begin, g + begin, m + begin, end - begin);
+        kernels.relu_mask(yp + begin, g + begin, m + begin, end - begin);
       });
       dz = masked;
     }

@@ -2,34 +2,30 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <vector>
+
+#include "tzrec/kernels/cpu_kernels.h"
 
 namespace tzrec {
 namespace {
 
 // ATen's bmm here is one small BLAS call per sample (4096 calls with packing for a DLRM
-// batch); the products are tiny, so plain loops over the batch are much faster.
+// batch); the products are tiny, so per-sample loops (cpu_kernels.h) are much faster.
 struct PairwiseInteractionFunction : public torch::autograd::Function<PairwiseInteractionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor features) {
     at::Tensor x = features.contiguous();
-    const int64_t batch = x.size(0), n = x.size(1), dim = x.size(2);
-    const int64_t pairs = n * (n - 1) / 2;
-    at::Tensor out = at::empty({batch, pairs}, x.options());
+    const int64_t batch = x.size(0);
+    const int n = static_cast<int>(x.size(1)), dim = static_cast<int>(x.size(2));
+    at::Tensor out = at::empty({batch, static_cast<int64_t>(n) * (n - 1) / 2}, x.options());
     const float* xp = x.data_ptr<float>();
     float* op = out.data_ptr<float>();
+    const CpuKernels& kernels = ActiveCpuKernels();
     at::parallel_for(0, batch, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        const float* xb = xp + b * n * dim;
-        float* ob = op + b * pairs;
-        for (int64_t i = 0; i < n; ++i) {
-          for (int64_t j = i + 1; j < n; ++j) {
-            float dot = 0.0f;
-            for (int64_t d = 0; d < dim; ++d) dot += xb[i * dim + d] * xb[j * dim + d];
-            *ob++ = dot;
-          }
-        }
-      }
+      std::vector<float> scratch(InteractionScratch(n, dim));
+      kernels.interaction_forward(xp, n, dim, begin, end, op, scratch.data());
     });
     ctx->save_for_backward({x});
     return out;
@@ -39,27 +35,16 @@ struct PairwiseInteractionFunction : public torch::autograd::Function<PairwiseIn
                                                  torch::autograd::variable_list grads) {
     at::Tensor x = ctx->get_saved_variables()[0];
     at::Tensor g = grads[0].contiguous();
-    const int64_t batch = x.size(0), n = x.size(1), dim = x.size(2);
-    const int64_t pairs = n * (n - 1) / 2;
-    at::Tensor dx = at::zeros_like(x);
+    const int64_t batch = x.size(0);
+    const int n = static_cast<int>(x.size(1)), dim = static_cast<int>(x.size(2));
+    at::Tensor dx = at::empty_like(x);
     const float* xp = x.data_ptr<float>();
     const float* gp = g.data_ptr<float>();
     float* dp = dx.data_ptr<float>();
+    const CpuKernels& kernels = ActiveCpuKernels();
     at::parallel_for(0, batch, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        const float* xb = xp + b * n * dim;
-        const float* gb = gp + b * pairs;
-        float* db = dp + b * n * dim;
-        for (int64_t i = 0; i < n; ++i) {
-          for (int64_t j = i + 1; j < n; ++j) {
-            const float w = *gb++;
-            for (int64_t d = 0; d < dim; ++d) {
-              db[i * dim + d] += w * xb[j * dim + d];
-              db[j * dim + d] += w * xb[i * dim + d];
-            }
-          }
-        }
-      }
+      std::vector<float> scratch(InteractionScratch(n, dim));
+      kernels.interaction_backward(xp, gp, n, dim, begin, end, dp, scratch.data());
     });
     return {dx};
   }

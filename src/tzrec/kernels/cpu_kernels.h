@@ -1,0 +1,83 @@
+// Hot CPU loops, compiled once per instruction set and chosen for the running CPU.
+//
+// The embedding lookup/update, DLRM interaction and MLP bias/ReLU loops are compiled three
+// times (cpu_kernels_{baseline,avx2,avx512}.cc include cpu_kernels_impl.inc with different
+// -march flags) and the widest one the CPU supports is used: one binary runs on any x86-64
+// and still gets 512-bit vectors where they exist (an embedding row of dim 16 is one AVX-512
+// register). The code here takes plain pointers only - no LibTorch and no std templates in
+// the per-ISA files, whose inline copies could otherwise be merged by the linker with copies
+// compiled for a narrower CPU.
+#pragma once
+
+#include <cstdint>
+
+namespace tzrec {
+
+// One lookup (feature) into a fused embedding storage.
+struct LookupArgs {
+  const int64_t* values;   // ids local to the table
+  const int64_t* offsets;  // [bags + 1]
+  int64_t first_row;       // table offset inside the storage
+  int64_t table_rows;
+  bool mean;
+  bool trainable;
+};
+
+// One occurrence of a row in a batch: which gradient row feeds it, scaled how.
+struct GradOccurrence {
+  int64_t grad_row;  // bag * num_lookups + lookup: the row of the output gradient
+  float scale;       // 1, or 1/bag length for mean pooling
+};
+
+// Sparse optimizer math for one step, flattened for the kernels (see sparse_optimizer.h).
+struct RowUpdateParams {
+  enum Kind : int { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
+  enum WeightDecayMode : int { kNone = 0, kL2 = 1, kDecouple = 2 };
+  int kind = kSgd;
+  int weight_decay_mode = kNone;
+  float lr = 0, eps = 0, beta1 = 0, beta2 = 0, weight_decay = 0;
+  bool gradient_clipping = false;
+  float max_gradient = 0;
+  float bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
+};
+
+struct CpuKernels {
+  const char* isa;  // "baseline", "avx2" or "avx512"
+
+  // Pooled embedding forward of bags [begin, end): out row b = [lookup 0 | lookup 1 | ...],
+  // each `dim` wide, summed (or averaged) over the bag's rows; empty bags give 0.
+  void (*pooled_forward)(const float* data, int row_width, int dim, const LookupArgs* lookups,
+                         int num_lookups, int64_t begin, int64_t end, float* out);
+
+  // For each unique row s (storage row unique_rows[s]): sums the scaled gradient rows of its
+  // occurrences sorted[start[s] .. start[s+1]) in that order, then applies the optimizer to
+  // [weight | state] in place. `scratch` holds `dim` floats.
+  void (*sum_and_update_rows)(float* data, int row_width, int dim, const int64_t* unique_rows,
+                              int64_t unique, const int64_t* start, const GradOccurrence* sorted,
+                              const float* grad, const RowUpdateParams& params, float* scratch);
+
+  // DLRM interaction of samples [begin, end): x [B, n, dim] -> out [B, n(n-1)/2] with
+  // out = <x_i, x_j> for i < j (row-major upper triangle). `scratch`: InteractionScratch(n, dim).
+  void (*interaction_forward)(const float* x, int n, int dim, int64_t begin, int64_t end,
+                              float* out, float* scratch);
+  // dx_i = sum_{j != i} g_ij x_j (dx fully written). `scratch`: InteractionScratch(n, dim).
+  void (*interaction_backward)(const float* x, const float* grad, int n, int dim, int64_t begin,
+                               int64_t end, float* dx, float* scratch);
+
+  // y[r, :] = relu?(y[r, :] + bias) for `rows` rows of `cols` (bias may be null).
+  void (*add_bias_relu)(float* y, const float* bias, int64_t rows, int64_t cols, bool relu);
+  // out = y > 0 ? grad : 0.
+  void (*relu_mask)(const float* y, const float* grad, float* out, int64_t n);
+};
+
+// Floats of scratch the interaction kernels need per calling thread.
+int64_t InteractionScratch(int n, int dim);
+
+// The kernels for the running CPU, or the ones TZREC_CPU_ISA (baseline|avx2|avx512) names.
+const CpuKernels& ActiveCpuKernels();
+// A specific variant, or nullptr when this CPU cannot run it (tests compare all of them).
+const CpuKernels* CpuKernelsFor(const char* isa);
+// Makes `isa` the active variant (tests and benchmarks); false if the CPU cannot run it.
+bool SetActiveCpuKernels(const char* isa);
+
+}  // namespace tzrec
