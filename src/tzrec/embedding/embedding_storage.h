@@ -63,6 +63,15 @@ class EmbeddingStorage {
   const std::vector<std::unique_ptr<EmbeddingTable>>& tables() const { return tables_; }
   // Scratch map row -> unique slot (-1 when free) used by the backward de-duplication.
   int32_t* slots();
+  // Per-partition scratch of the fused backward, kept between steps (see cpu_kernels.h).
+  struct BackwardScratch {
+    std::vector<int64_t> unique_rows;
+    std::vector<float> grad_sums;
+  };
+  std::vector<BackwardScratch>& backward_scratch(int64_t parts) {
+    if (static_cast<int64_t>(backward_scratch_.size()) < parts) backward_scratch_.resize(parts);
+    return backward_scratch_;
+  }
 
  private:
   int dim_;
@@ -72,6 +81,7 @@ class EmbeddingStorage {
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
   at::Tensor data_;
   std::vector<int32_t> slots_;
+  std::vector<BackwardScratch> backward_scratch_;
 };
 
 }  // namespace tzrec

@@ -46,88 +46,32 @@ RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t ite
   return p;
 }
 
-// One partition of the backward: the rows with RowPartition(row) == part. Partitions own
-// disjoint rows, so they run in parallel on the shared slot map without locks, and each
-// row's gradient is summed in occurrence order (deterministic for any thread count).
-void BackwardPartition(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
-                       int64_t bags, const float* grad, int64_t iteration, int64_t part,
-                       int64_t parts) {
-  const int dim = storage->dim();
-  const int row_width = storage->row_width();
-  const int64_t num_lookups = static_cast<int64_t>(lookups.size());
-  int32_t* slots = storage->slots();
-  auto in_partition = [&](int64_t row) {
-    // Fibonacci hash, then a multiply-shift range reduction (a 64-bit modulo per id costs
-    // more than the rest of this loop).
-    const uint64_t hash = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ULL) >> 32;
-    return parts == 1 || static_cast<int64_t>((hash * static_cast<uint64_t>(parts)) >> 32) == part;
-  };
-  // 1) De-duplicate rows; remember each occurrence's slot and where its gradient comes from.
+void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                         int64_t bags, const float* grad, int64_t iteration) {
   int64_t total = 0;
   for (const LookupArgs& l : lookups) {
     if (l.trainable) total += l.offsets[bags];
   }
-  const int64_t expected = total / parts + 64;
-  std::vector<int64_t> unique_rows;
-  unique_rows.reserve(expected);
-  std::vector<int32_t> occurrence_slot;
-  occurrence_slot.reserve(expected);
-  std::vector<GradOccurrence> occurrence;
-  occurrence.reserve(expected);
-  for (int64_t k = 0; k < num_lookups; ++k) {
-    const LookupArgs& l = lookups[k];
-    if (!l.trainable) continue;
-    const int64_t last_id = l.offsets[bags];
-    for (int64_t b = 0; b < bags; ++b) {
-      const int64_t first = l.offsets[b], last = l.offsets[b + 1];
-      if (first == last) continue;
-      const float scale = l.mean ? 1.0f / static_cast<float>(last - first) : 1.0f;
-      for (int64_t i = first; i < last; ++i) {
-        const int64_t row = l.first_row + l.values[i];
-        if (!in_partition(row)) continue;
-        // The slot map is large and randomly accessed: fetch a few ids ahead.
-        if (i + 16 < last_id) __builtin_prefetch(slots + l.first_row + l.values[i + 16], 1);
-        int32_t slot = slots[row];
-        if (slot < 0) {
-          slot = static_cast<int32_t>(unique_rows.size());
-          slots[row] = slot;
-          unique_rows.push_back(row);
-        }
-        occurrence_slot.push_back(slot);
-        occurrence.push_back({b * num_lookups + k, scale});
-      }
-    }
-  }
-  const int64_t unique = static_cast<int64_t>(unique_rows.size());
-  const int64_t occurrences = static_cast<int64_t>(occurrence_slot.size());
-  // 2) Counting sort of occurrences by slot (stable, so sums keep a fixed order).
-  std::vector<int64_t> start(unique + 1, 0);
-  for (int32_t s : occurrence_slot) ++start[s + 1];
-  for (int64_t s = 0; s < unique; ++s) start[s + 1] += start[s];
-  std::vector<GradOccurrence> sorted(occurrences);
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t n = 0; n < occurrences; ++n) sorted[fill[occurrence_slot[n]]++] = occurrence[n];
-  }
-  // 3) Per unique row: sum its gradient, then update the row in place.
-  std::vector<float> scratch(dim);
-  ActiveCpuKernels().sum_and_update_rows(
-      storage->data(), row_width, dim, unique_rows.data(), unique, start.data(), sorted.data(), grad,
-      MakeRowUpdateParams(storage->optimizer().spec(), iteration), scratch.data());
-  // 4) Free this partition's slots for the next batch.
-  for (int64_t row : unique_rows) slots[row] = -1;
-}
-
-void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
-                         int64_t bags, const float* grad, int64_t iteration) {
-  storage->slots();  // allocate before the threads share it
-  int64_t total = 0;
-  for (const LookupArgs& l : lookups) total += l.offsets[bags];
+  if (total == 0) return;
   // Small batches are not worth a second pass over the ids.
   const int64_t parts = total < 8192 ? 1 : at::get_num_threads();
+  int32_t* slots = storage->slots();  // allocated before the threads share it
+  std::vector<EmbeddingStorage::BackwardScratch>& scratch = storage->backward_scratch(parts);
+  for (auto& s : scratch) {
+    // Grown, never shrunk: re-allocating megabytes every step costs page faults.
+    if (static_cast<int64_t>(s.unique_rows.size()) < total) {
+      s.unique_rows.resize(total);
+      s.grad_sums.resize(total * storage->dim());
+    }
+  }
+  const RowUpdateParams params = MakeRowUpdateParams(storage->optimizer().spec(), iteration);
+  const CpuKernels& kernels = ActiveCpuKernels();
   at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
-      BackwardPartition(storage, lookups, bags, grad, iteration, part, parts);
+      kernels.backward_update_partition(
+          storage->data(), storage->row_width(), storage->dim(), slots, lookups.data(),
+          static_cast<int>(lookups.size()), bags, grad, params, part, parts,
+          scratch[part].unique_rows.data(), scratch[part].grad_sums.data());
     }
   });
 }

@@ -23,12 +23,6 @@ struct LookupArgs {
   bool trainable;
 };
 
-// One occurrence of a row in a batch: which gradient row feeds it, scaled how.
-struct GradOccurrence {
-  int64_t grad_row;  // bag * num_lookups + lookup: the row of the output gradient
-  float scale;       // 1, or 1/bag length for mean pooling
-};
-
 // Sparse optimizer math for one step, flattened for the kernels (see sparse_optimizer.h).
 struct RowUpdateParams {
   enum Kind : int { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
@@ -49,12 +43,18 @@ struct CpuKernels {
   void (*pooled_forward)(const float* data, int row_width, int dim, const LookupArgs* lookups,
                          int num_lookups, int64_t begin, int64_t end, float* out);
 
-  // For each unique row s (storage row unique_rows[s]): sums the scaled gradient rows of its
-  // occurrences sorted[start[s] .. start[s+1]) in that order, then applies the optimizer to
-  // [weight | state] in place. `scratch` holds `dim` floats.
-  void (*sum_and_update_rows)(float* data, int row_width, int dim, const int64_t* unique_rows,
-                              int64_t unique, const int64_t* start, const GradOccurrence* sorted,
-                              const float* grad, const RowUpdateParams& params, float* scratch);
+  // Fused backward + optimizer for the rows of one partition (rows whose hash picks `part` of
+  // `parts`; partitions own disjoint rows, so they run in parallel without locks). Each
+  // touched row gets a slot through `slots` (storage row -> slot, -1 when free; restored to
+  // -1 before returning); its gradient is summed into grad_sums[slot] in occurrence order
+  // (lookup, bag, id: deterministic for any thread count), then the optimizer updates the
+  // row in place. Scratch capacity: one entry of unique_rows and `dim` floats of grad_sums
+  // per trainable id of the batch. Returns the number of rows updated.
+  int64_t (*backward_update_partition)(float* data, int row_width, int dim, int32_t* slots,
+                                       const LookupArgs* lookups, int num_lookups, int64_t bags,
+                                       const float* grad, const RowUpdateParams& params,
+                                       int64_t part, int64_t parts, int64_t* unique_rows,
+                                       float* grad_sums);
 
   // DLRM interaction of samples [begin, end): x [B, n, dim] -> out [B, n(n-1)/2] with
   // out = <x_i, x_j> for i < j (row-major upper triangle). `scratch`: InteractionScratch(n, dim).
