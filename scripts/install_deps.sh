@@ -12,6 +12,7 @@ PACKAGES=(
   libgoogle-perftools-dev
   nlohmann-json3-dev libdnnl-dev
   libgtest-dev googletest
+  libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev
 )
 
 SUDO=""

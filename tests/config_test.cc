@@ -154,6 +154,14 @@ TEST_F(EditConfigTest, IndexSliceAllAndCondition) {
   EXPECT_EQ(config_.feature_configs(0).id_feature().hash_bucket_size(), 99u);
   EXPECT_EQ(config_.feature_configs(1).id_feature().hash_bucket_size(), 99u);
   EXPECT_FALSE(config_.feature_configs(2).id_feature().has_hash_bucket_size());
+  // A condition through another oneof case leaves that element alone (the raw_feature stays
+  // a raw_feature rather than becoming an empty id_feature).
+  EditConfigJson(&config_,
+                 R"({"feature_configs[id_feature.num_buckets>8].id_feature.num_buckets": 12})");
+  EXPECT_EQ(config_.feature_configs(0).id_feature().num_buckets(), 12u);
+  EXPECT_EQ(config_.feature_configs(2).id_feature().num_buckets(), 7u);
+  EXPECT_TRUE(config_.feature_configs(3).has_raw_feature());
+  EXPECT_EQ(config_.feature_configs(3).raw_feature().feature_name(), "r");
 }
 
 TEST_F(EditConfigTest, RepeatedScalarsMessagesAndMultiKeys) {

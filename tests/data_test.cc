@@ -298,9 +298,9 @@ TEST(Dataset, ErrorsFromWorkersReachTheConsumer) {
 }
 
 TEST(Dataset, UnsupportedDatasetTypeAndSchemaFromInputFieldsStr) {
-  auto config = ParsePipelineConfigText(R"(data_config { dataset_type: ParquetDataset })", "t");
+  auto config = ParsePipelineConfigText(R"(data_config { dataset_type: OdpsDataset })", "t");
   EXPECT_TZREC_ERROR(Dataset(config.data_config(), {}, "x", DatasetMode::kTrain, 1),
-                     "data_config.dataset_type: ParquetDataset not supported yet");
+                     "data_config.dataset_type: OdpsDataset not supported yet");
   config = ParsePipelineConfigText(
       R"(data_config { input_fields_str: "a:INT64; b : string;c:DOUBLE;" })", "t");
   CsvOptions options;

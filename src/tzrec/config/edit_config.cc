@@ -239,7 +239,20 @@ std::vector<FieldRef> Resolve(Message* root, const std::vector<std::string>& tok
 
 bool ConditionHolds(Message* element, const std::string& key_path, const std::string& op,
                     const std::string& want, const std::string& full_path) {
-  auto refs = Resolve(element, SplitPath(key_path), full_path);
+  // Walked read-only: resolving through an unset message would create it, and for a oneof
+  // (feature_configs[id_feature.x>1] on a raw_feature) that silently replaces the other case.
+  const std::vector<std::string> keys = SplitPath(key_path);
+  Message* holder = element;
+  for (size_t k = 0; k + 1 < keys.size(); ++k) {
+    const FieldDescriptor* step = holder->GetDescriptor()->FindFieldByName(keys[k]);
+    if (!step || step->is_repeated() || step->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+      Fail("--edit_config_json: ", full_path, ": condition key '", key_path,
+           "' must be a dotted path of singular messages ending in a value");
+    }
+    if (!holder->GetReflection()->HasField(*holder, step)) return false;
+    holder = holder->GetReflection()->MutableMessage(holder, step);
+  }
+  auto refs = Resolve(holder, {keys.back()}, full_path);
   if (refs.empty()) return false;
   const FieldRef& ref = refs.back();
   const FieldDescriptor* field = ref.field;

@@ -126,6 +126,12 @@ bool CsvFileReader::ReadRecord() {
   }
 }
 
+int64_t CsvFileReader::SkipRecords(int64_t count) {
+  int64_t skipped = 0;
+  while (skipped < count && ReadRecord()) ++skipped;
+  return skipped;
+}
+
 bool CsvFileReader::Next(size_t max_rows, RecordBatch* out) {
   out->source = path_;
   out->line_numbers.clear();

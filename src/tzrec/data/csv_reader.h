@@ -38,6 +38,9 @@ class CsvFileReader {
   // Reads up to `max_rows` rows into `out` (replacing its contents). Returns false when the
   // file is exhausted and no row was read.
   bool Next(size_t max_rows, RecordBatch* out);
+  // Reads past the next `count` records without materialising them (resume); returns how
+  // many there were.
+  int64_t SkipRecords(int64_t count);
   const std::vector<std::string>& column_names() const { return names_; }
 
  private:

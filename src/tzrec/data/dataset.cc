@@ -10,6 +10,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/data/parquet/parquet_reader.h"
 
 namespace tzrec {
 namespace {
@@ -88,19 +89,26 @@ void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options
 Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Feature*> features,
                  const std::string& input_path, DatasetMode mode, uint64_t seed)
     : features_(std::move(features)) {
-  if (data_config.dataset_type() != protos::CsvDataset) {
+  if (data_config.dataset_type() != protos::CsvDataset &&
+      data_config.dataset_type() != protos::ParquetDataset) {
     Fail("data_config.dataset_type: ", protos::DatasetType_Name(data_config.dataset_type()),
-         " not supported yet (supported: CsvDataset)");
+         " not supported yet (supported: CsvDataset, ParquetDataset)");
   }
   if (data_config.fg_mode() != protos::FG_NONE) {
     Fail("data_config.fg_mode: ", protos::FgMode_Name(data_config.fg_mode()),
          " not supported yet (supported: FG_NONE)");
   }
+  options_.format = data_config.dataset_type() == protos::ParquetDataset ? DataFormat::kParquet
+                                                                          : DataFormat::kCsv;
+  options_.input_path = input_path;
+  options_.list_separator = data_config.fg_encoded_multival_sep();
   options_.files = ExpandInputPaths(input_path);
   if (options_.files.empty()) Fail("input path '", input_path, "' has no files");
-  options_.csv.delimiter = ParseCsvDelimiter(data_config.delimiter());
-  options_.csv.with_header = data_config.with_header();
-  ResolveCsvSchema(data_config, &options_.csv);
+  if (options_.format == DataFormat::kCsv) {
+    options_.csv.delimiter = ParseCsvDelimiter(data_config.delimiter());
+    options_.csv.with_header = data_config.with_header();
+    ResolveCsvSchema(data_config, &options_.csv);
+  }
   options_.batch_size = mode == DatasetMode::kTrain || !data_config.has_eval_batch_size()
                             ? data_config.batch_size()
                             : data_config.eval_batch_size();
@@ -115,30 +123,39 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
                                data_config.label_fields().end());
   options_.sample_weight_fields.assign(data_config.sample_weight_fields().begin(),
                                        data_config.sample_weight_fields().end());
-  if (static_cast<size_t>(options_.num_workers) > options_.files.size()) {
+  if (options_.format == DataFormat::kCsv &&
+      static_cast<size_t>(options_.num_workers) > options_.files.size()) {
     // Whole files are the unit of work, as in TorchEasyRec's CSV reader.
     LOG_INFO << "num_workers reduced from " << options_.num_workers << " to "
              << options_.files.size() << " (one reader per file)";
     options_.num_workers = static_cast<int>(options_.files.size());
   }
   std::set<std::string> wanted;
-  std::vector<std::string> ordered;
   auto want = [&](const std::string& name) {
-    if (wanted.insert(name).second) ordered.push_back(name);
+    if (wanted.insert(name).second) options_.columns.push_back(name);
   };
   for (const Feature* feature : features_) {
     for (const auto& column : feature->input_columns()) want(column);
   }
   for (const auto& name : options_.label_fields) want(name);
   for (const auto& name : options_.sample_weight_fields) want(name);
-  options_.csv.wanted_columns = ordered;
+  options_.csv.wanted_columns = options_.columns;
+  if (options_.format == DataFormat::kParquet) {
+    // Footers only: row counts for the split, and every file checked for the needed columns
+    // before any reader starts.
+    ParquetReadOptions read_options;
+    read_options.columns = options_.columns;
+    for (const auto& file : options_.files) {
+      options_.parquet_file_rows.push_back(ParquetFileReader(file, read_options).num_rows());
+    }
+  }
 }
 
 Dataset::Dataset(DatasetOptions options, std::vector<const Feature*> features)
     : options_(std::move(options)), features_(std::move(features)) {}
 
-std::unique_ptr<BatchStream> Dataset::Open(int64_t epoch) const {
-  return std::make_unique<BatchStream>(this, epoch);
+std::unique_ptr<BatchStream> Dataset::Open(int64_t epoch, const DataloaderState* resume) const {
+  return std::make_unique<BatchStream>(this, epoch, resume);
 }
 
 ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
@@ -154,20 +171,42 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
   return parsed;
 }
 
-BatchStream::BatchStream(const Dataset* dataset, int64_t epoch)
+BatchStream::BatchStream(const Dataset* dataset, int64_t epoch, const DataloaderState* resume)
     : dataset_(dataset), epoch_(epoch) {
   const DatasetOptions& options = dataset_->options();
-  std::vector<std::string> files = options.files;
-  if (options.shuffle) {
-    std::mt19937_64 rng(options.seed * 1000003ULL + static_cast<uint64_t>(epoch_));
-    std::shuffle(files.begin(), files.end(), rng);
+  const int workers = options.num_workers;
+  std::vector<std::unique_ptr<RowSource>> sources;
+  if (options.format == DataFormat::kCsv) {
+    std::vector<std::string> files = options.files;
+    if (options.shuffle) {
+      std::mt19937_64 rng(options.seed * 1000003ULL + static_cast<uint64_t>(epoch_));
+      std::shuffle(files.begin(), files.end(), rng);
+    }
+    for (int w = 0; w < workers; ++w) {
+      std::vector<std::string> mine;
+      for (size_t i = w; i < files.size(); i += workers) mine.push_back(files[i]);
+      sources.push_back(MakeCsvRowSource(std::move(mine), options.csv, resume));
+    }
+  } else {
+    ParquetInput input{options.input_path, options.files, options.parquet_file_rows,
+                       options.columns, options.list_separator};
+    int64_t total = 0;
+    for (int64_t rows : options.parquet_file_rows) total += rows;
+    const std::vector<RowInterval> remaining =
+        RemainingIntervals(resume, options.input_path, total);
+    const int64_t slices = static_cast<int64_t>(options.world_size) * workers;
+    for (int w = 0; w < workers; ++w) {
+      sources.push_back(MakeParquetRowSource(
+          input, WorkerIntervals(remaining, static_cast<int64_t>(options.rank) * workers + w,
+                                 slices, options.batch_size, options.drop_redundant_bs_eq_one)));
+    }
   }
-  int workers = options.num_workers;
   queues_.resize(workers);
+  if (resume && resume->readers() == workers && resume->next_reader() >= 0) {
+    next_worker_ = static_cast<size_t>(resume->next_reader()) % workers;
+  }
   for (int w = 0; w < workers; ++w) {
-    std::vector<std::string> mine;
-    for (size_t i = w; i < files.size(); i += workers) mine.push_back(files[i]);
-    threads_.emplace_back(&BatchStream::RunWorker, this, w, std::move(mine));
+    threads_.emplace_back(&BatchStream::RunWorker, this, w, std::move(sources[w]));
   }
 }
 
@@ -190,7 +229,7 @@ void BatchStream::Push(int worker, ParsedBatch batch) {
   ready_.notify_all();
 }
 
-void BatchStream::RunWorker(int worker, std::vector<std::string> files) {
+void BatchStream::RunWorker(int worker, std::unique_ptr<RowSource> source) {
   const DatasetOptions& options = dataset_->options();
   if (options.background_priority) {
     // Readers only use CPU the compute threads leave idle: preempting one of LibTorch's OpenMP
@@ -218,21 +257,22 @@ void BatchStream::RunWorker(int worker, std::vector<std::string> files) {
     ParsedBatch pending;
     const int64_t batch_size = options.batch_size;
     RecordBatch records;
-    for (const auto& path : files) {
-      CsvFileReader reader(path, options.csv);
-      while (reader.Next(static_cast<size_t>(std::min<int64_t>(batch_size, 8192)), &records)) {
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          if (stop_) return;
+    RowPositions positions;
+    while (source->Next(static_cast<size_t>(std::min<int64_t>(batch_size, 8192)), &records,
+                        &positions)) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stop_) return;
+      }
+      ParsedBatch parsed = dataset_->ParseRecords(records);
+      parsed.positions = std::move(positions);
+      pending.Append(parsed);
+      if (pending.size >= batch_size) {
+        int64_t full = pending.size / batch_size * batch_size;
+        for (int64_t begin = 0; begin < full; begin += batch_size) {
+          emit(pending.Slice(begin, begin + batch_size));
         }
-        pending.Append(dataset_->ParseRecords(records));
-        if (pending.size >= batch_size) {
-          int64_t full = pending.size / batch_size * batch_size;
-          for (int64_t begin = 0; begin < full; begin += batch_size) {
-            emit(pending.Slice(begin, begin + batch_size));
-          }
-          pending = pending.Slice(full, pending.size);
-        }
+        pending = pending.Slice(full, pending.size);
       }
     }
     if (pending.size > 0 && !options.drop_remainder) emit(std::move(pending));
@@ -268,6 +308,8 @@ bool BatchStream::Next(ParsedBatch* out) {
       *out = std::move(queue.batches.front());
       queue.batches.pop_front();
       next_worker_ = (w + 1) % n;
+      out->positions.next_reader = static_cast<int32_t>(next_worker_);
+      out->positions.readers = static_cast<int32_t>(n);
       has_room_.notify_all();
       return true;
     }

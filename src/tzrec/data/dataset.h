@@ -1,11 +1,14 @@
 // Dataset: files -> parsed, batch-sized ParsedBatches, read by worker threads (no LibTorch).
 //
-// Mirrors TorchEasyRec's CsvDataset: comma-separated glob lists, whole files assigned
-// round-robin to `num_workers` reader threads, batches of exactly `batch_size` rows per worker
-// (a worker's last partial batch is dropped iff drop_remainder), optional shuffle of file
-// order and of a buffer of `shuffle_buffer_size` batches (train only), and a bounded prefetch
-// queue. With in_order the stream takes batches from workers round-robin, so a run is
-// reproducible for a fixed seed and worker count.
+// Mirrors TorchEasyRec's CsvDataset and ParquetDataset: comma-separated glob lists; CSV files
+// go whole and round-robin to `num_workers` reader threads, Parquet rows are split into
+// contiguous ranges over world_size x num_workers readers (row_source.h). Each reader turns
+// its rows into batches of exactly `batch_size` rows (its last partial batch is dropped iff
+// drop_remainder), optionally shuffled through a buffer of `shuffle_buffer_size` batches
+// (train only; CSV also shuffles file order), into a bounded prefetch queue. With in_order
+// the stream takes batches from workers round-robin, so a run is reproducible for a fixed
+// seed and worker count. Every row carries its position; a stream opened with a
+// DataloaderState reads only what the state has not consumed (exact resume).
 #pragma once
 
 #include <condition_variable>
@@ -18,17 +21,25 @@
 #include <vector>
 
 #include "tzrec/data/csv_reader.h"
+#include "tzrec/data/data_position.h"
 #include "tzrec/data/parsed_batch.h"
+#include "tzrec/data/row_source.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/protos/data.pb.h"
 
 namespace tzrec {
 
 enum class DatasetMode { kTrain, kEval };
+enum class DataFormat { kCsv, kParquet };
 
 struct DatasetOptions {
+  DataFormat format = DataFormat::kCsv;
+  std::string input_path;  // as configured (names Parquet positions)
   std::vector<std::string> files;
   CsvOptions csv;
+  std::vector<int64_t> parquet_file_rows;  // per file, from the footers
+  std::vector<std::string> columns;        // columns the features, labels and weights read
+  std::string list_separator = "\x03";     // Parquet LIST items -> text (fg_encoded_multival_sep)
   int64_t batch_size = 1024;
   bool drop_remainder = false;
   bool shuffle = false;
@@ -40,6 +51,13 @@ struct DatasetOptions {
   std::vector<std::string> sample_weight_fields;
   size_t prefetch_batches = 4;  // per worker
   bool background_priority = true;  // reader threads run at SCHED_IDLE
+  // Distributed readers: this process reads slices rank*num_workers + w of
+  // world_size*num_workers (Parquet rows).
+  int rank = 0;
+  int world_size = 1;
+  // TorchEasyRec drops one row from a Parquet reader's range when that alone would leave it
+  // a 1-row batch (train and eval; not predict).
+  bool drop_redundant_bs_eq_one = true;
 };
 
 class BatchStream;
@@ -51,8 +69,9 @@ class Dataset {
           const std::string& input_path, DatasetMode mode, uint64_t seed);
   Dataset(DatasetOptions options, std::vector<const Feature*> features);
 
-  // Starts one pass over the data; `epoch` varies the shuffle.
-  std::unique_ptr<BatchStream> Open(int64_t epoch) const;
+  // Starts one pass over the data; `epoch` varies the shuffle. With `resume`, rows the state
+  // records as consumed are not read again.
+  std::unique_ptr<BatchStream> Open(int64_t epoch, const DataloaderState* resume = nullptr) const;
   const DatasetOptions& options() const { return options_; }
 
   // Parses one chunk of rows (one file's rows) into features, labels and weights.
@@ -67,7 +86,7 @@ class Dataset {
 // are rethrown there. Destroying the stream stops the workers.
 class BatchStream {
  public:
-  BatchStream(const Dataset* dataset, int64_t epoch);
+  BatchStream(const Dataset* dataset, int64_t epoch, const DataloaderState* resume);
   ~BatchStream();
   BatchStream(const BatchStream&) = delete;
   BatchStream& operator=(const BatchStream&) = delete;
@@ -80,7 +99,7 @@ class BatchStream {
     std::deque<ParsedBatch> batches;
     bool done = false;
   };
-  void RunWorker(int worker, std::vector<std::string> files);
+  void RunWorker(int worker, std::unique_ptr<RowSource> source);
   void Push(int worker, ParsedBatch batch);
 
   const Dataset* dataset_;

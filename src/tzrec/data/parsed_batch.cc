@@ -23,6 +23,7 @@ void ParsedBatch::Append(const ParsedBatch& other) {
     auto& mine = sample_weights[kv.first];
     mine.insert(mine.end(), kv.second.begin(), kv.second.end());
   }
+  positions.Append(other.positions);
   size += other.size;
 }
 
@@ -52,6 +53,7 @@ ParsedBatch ParsedBatch::Slice(int64_t begin, int64_t end) const {
   for (const auto& kv : sample_weights) {
     out.sample_weights[kv.first].assign(kv.second.begin() + begin, kv.second.begin() + end);
   }
+  if (positions.size() == static_cast<size_t>(size)) out.positions = positions.Slice(begin, end);
   return out;
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/data/data_position.h"
+
 namespace tzrec {
 
 struct SparseValues {
@@ -35,6 +37,7 @@ struct ParsedBatch {
   std::map<std::string, DenseValues> dense;       // by feature name
   std::map<std::string, std::vector<float>> labels;          // by label field
   std::map<std::string, std::vector<float>> sample_weights;  // by weight field
+  RowPositions positions;  // where each row came from (exact resume)
 
   // Appends all rows of `other` (which must have the same keys).
   void Append(const ParsedBatch& other);

@@ -1,6 +1,7 @@
 #include "tzrec/embedding/embedding_group.h"
 
 #include <ATen/ops/cat.h>
+#include <unistd.h>
 
 #include "tzrec/common/error.h"
 #include "tzrec/embedding/fused_lookup.h"
@@ -91,6 +92,25 @@ void EmbeddingGroup::Materialize(const SparseOptimizer* optimizer) {
       storage = storages_.back().get();
     }
     tables_.push_back(storage->AddTable(spec.name, spec.rows, spec.trainable));
+  }
+  // Fail clearly before the allocator does ("can't allocate memory: you tried to allocate
+  // 26135627264 bytes" names no table).
+  int64_t bytes = 0;
+  for (auto& storage : storages_) {
+    // Weights + optimizer state, and the 4-byte backward slot map per row.
+    bytes += storage->total_rows() * (storage->row_width() * 4 + 4);
+  }
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (memory > 0 && bytes > memory) {
+    const TableSpec* largest = &table_specs_[0];
+    for (const TableSpec& spec : table_specs_) {
+      if (spec.rows * spec.dim > largest->rows * largest->dim) largest = &spec;
+    }
+    Fail("embedding tables need ", bytes >> 20, " MiB with the ", optimizer->name(),
+         " state, more than this machine's ", memory >> 20, " MiB of memory (largest: '",
+         largest->name, "' with ", largest->rows, " rows of dim ", largest->dim,
+         "); reduce num_buckets / hash_bucket_size, e.g. --edit_config_json='{\"feature_configs[",
+         "id_feature.num_buckets>1000000].id_feature.num_buckets\": 1000000}'");
   }
   for (auto& storage : storages_) storage->Allocate();
   storage_lookups_.assign(storages_.size(), {});

@@ -14,8 +14,10 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/data/dataset.h"
+#include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/metrics/auc.h"
 
@@ -94,10 +96,12 @@ class Generator {
   Generator(const protos::EasyRecConfig& config, const GenDataOptions& options)
       : config_(config), options_(options) {
     const auto& data = config.data_config();
-    if (data.dataset_type() != protos::CsvDataset) {
+    if (data.dataset_type() != protos::CsvDataset &&
+        data.dataset_type() != protos::ParquetDataset) {
       Fail("gen_data: data_config.dataset_type ", protos::DatasetType_Name(data.dataset_type()),
-           " not supported yet (gen_data writes CsvDataset files)");
+           " not supported yet (gen_data writes CsvDataset and ParquetDataset files)");
     }
+    parquet_ = data.dataset_type() == protos::ParquetDataset;
     if (data.fg_mode() != protos::FG_NONE) {
       Fail("gen_data: data_config.fg_mode ", protos::FgMode_Name(data.fg_mode()),
            " not supported yet (gen_data writes FG_NONE data)");
@@ -111,10 +115,10 @@ class Generator {
 
     // Column order: declared input fields if any, else features, labels, weights.
     CsvOptions csv;
-    ResolveCsvSchema(data, &csv);
+    if (!parquet_) ResolveCsvSchema(data, &csv);
     columns_ = csv.column_names;
     if (columns_.empty()) {
-      if (!data.with_header()) {
+      if (!parquet_ && !data.with_header()) {
         Fail("gen_data: the config names no columns; set data_config.with_header: true or ",
              "data_config.input_fields");
       }
@@ -157,6 +161,12 @@ class Generator {
       int64_t n = std::min(per_file, rows - written);
       if (n <= 0) break;
       char name[32];
+      if (parquet_) {
+        std::snprintf(name, sizeof(name), "part-%05d.parquet", file);
+        WriteParquet(JoinPath(dir, name), n, rng, probs, first_labels);
+        written += n;
+        continue;
+      }
       std::snprintf(name, sizeof(name), "part-%05d.csv", file);
       std::string content;
       if (write_header_) content += Join(columns_, std::string(1, delimiter_)) + "\n";
@@ -166,9 +176,111 @@ class Generator {
     }
   }
 
+  const char* extension() const { return parquet_ ? "parquet" : "csv"; }
+
  private:
+  // Typed Parquet columns: sparse features INT64, or LIST<INT64> when a row may hold several
+  // ids; dense features DOUBLE (LIST<DOUBLE> when value_dim > 1); labels INT64; sample
+  // weights DOUBLE. Values are the same draws as the CSV text, so the planted signal holds.
+  void WriteParquet(const std::string& path, int64_t rows, std::mt19937_64& rng,
+                    std::vector<float>* probs, std::vector<float>* first_labels) {
+    std::vector<ParquetFieldSpec> specs;
+    std::vector<ParquetColumn> columns;
+    std::vector<int> kinds;  // 0 int64, 1 list<int64>, 2 double, 3 list<double>
+    for (const auto& name : columns_) {
+      const Feature* feature = nullptr;
+      for (const auto& f : features_) {
+        if (f->name() == name) feature = f.get();
+      }
+      int kind = 2;
+      if (feature) {
+        kind = feature->is_sparse() ? (options_.multi_value_fraction > 0 ? 1 : 0)
+                                    : (feature->value_dim() > 1 ? 3 : 2);
+      } else if (std::find(labels_.begin(), labels_.end(), name) != labels_.end()) {
+        kind = 0;
+      }
+      const ParquetType type = kind <= 1 ? ParquetType::kInt64 : ParquetType::kDouble;
+      specs.push_back(kind % 2 ? ParquetFieldSpec::List(name, type)
+                               : ParquetFieldSpec::Plain(name, type));
+      ParquetColumn column;
+      column.name = name;
+      column.values.name = name;
+      column.values.type = ColumnTypeFor(type);
+      if (kind % 2) column.lists.resize(1);
+      columns.push_back(std::move(column));
+      kinds.push_back(kind);
+    }
+    ParquetWriteOptions write_options;
+    write_options.codec = ParquetCodec::kSnappy;
+    write_options.row_group_rows = 64 * 1024;
+    ParquetFileWriter writer(path, specs, write_options);
+    auto flush = [&]() {
+      writer.Write(columns);
+      for (size_t c = 0; c < columns.size(); ++c) {
+        ParquetColumn fresh;
+        fresh.name = columns[c].name;
+        fresh.values.name = columns[c].name;
+        fresh.values.type = columns[c].values.type;
+        if (kinds[c] % 2) fresh.lists.resize(1);
+        columns[c] = std::move(fresh);
+      }
+    };
+    for (int64_t r = 0; r < rows; ++r) {
+      std::map<std::string, std::string> cells = Cells(rng, probs, first_labels);
+      for (size_t c = 0; c < columns.size(); ++c) {
+        ParquetColumn& column = columns[c];
+        const std::string& text = cells[column.name];
+        std::vector<std::string_view> pieces;
+        if (!text.empty() && kinds[c] % 2) {
+          for (auto piece : SplitView(text, multival_sep_)) pieces.push_back(piece);
+        } else if (!text.empty()) {
+          pieces.push_back(text);
+        }
+        auto append = [&](std::string_view piece) {
+          if (column.values.type == ColumnType::kInt64) {
+            int64_t value = 0;
+            ParseInt64(piece, &value);
+            column.values.ints.push_back(value);
+          } else {
+            double value = 0;
+            ParseDouble(piece, &value);
+            column.values.doubles.push_back(value);
+          }
+          column.values.valid.push_back(1);
+        };
+        if (kinds[c] % 2) {
+          // A feature without ids is a null list (the FG_NONE default applies).
+          column.lists[0].Append(!pieces.empty(), static_cast<uint32_t>(pieces.size()));
+          for (auto piece : pieces) append(piece);
+        } else if (pieces.empty()) {
+          if (column.values.type == ColumnType::kInt64) column.values.ints.push_back(0);
+          else column.values.doubles.push_back(0);
+          column.values.valid.push_back(0);
+        } else {
+          append(pieces[0]);
+        }
+      }
+      if ((r + 1) % 8192 == 0) flush();
+    }
+    flush();
+    writer.Close();
+  }
+
   std::string Row(std::mt19937_64& rng, std::vector<float>* probs,
                   std::vector<float>* first_labels) {
+    std::map<std::string, std::string> cells = Cells(rng, probs, first_labels);
+    std::string line;
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      if (c) line += delimiter_;
+      auto it = cells.find(columns_[c]);
+      if (it != cells.end()) line += Quote(it->second, delimiter_);
+    }
+    return line + "\n";
+  }
+
+  // One row's values as text by column name (features, labels, weights).
+  std::map<std::string, std::string> Cells(std::mt19937_64& rng, std::vector<float>* probs,
+                                           std::vector<float>* first_labels) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::map<std::string, std::string> cells;
@@ -228,13 +340,7 @@ class Generator {
       }
     }
     for (const auto& w : weights_) cells[w] = FormatFloat(0.5 + uniform(rng));
-    std::string line;
-    for (size_t c = 0; c < columns_.size(); ++c) {
-      if (c) line += delimiter_;
-      auto it = cells.find(columns_[c]);
-      if (it != cells.end()) line += Quote(it->second, delimiter_);
-    }
-    return line + "\n";
+    return cells;
   }
 
   const protos::EasyRecConfig& config_;
@@ -245,6 +351,7 @@ class Generator {
   char delimiter_ = ',';
   std::string multival_sep_;
   bool write_header_ = true;
+  bool parquet_ = false;
 };
 
 }  // namespace
@@ -262,8 +369,8 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
   std::string eval_dir = JoinPath(options.output_dir, "eval");
   generator.Write(train_dir, options.train_rows, train_files, 1, &train_probs, &train_labels);
   generator.Write(eval_dir, options.eval_rows, eval_files, 2, &eval_probs, &eval_labels);
-  result.train_pattern = JoinPath(train_dir, "*.csv");
-  result.eval_pattern = JoinPath(eval_dir, "*.csv");
+  result.train_pattern = JoinPath(train_dir, std::string("*.") + generator.extension());
+  result.eval_pattern = JoinPath(eval_dir, std::string("*.") + generator.extension());
   result.oracle_auc = ExactAuc(eval_probs, eval_labels);
   double positives = 0;
   for (float l : train_labels) positives += l;
@@ -278,8 +385,8 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
 
 int GenDataMain(const std::vector<std::string>& args) {
   Flags flags("gen_data",
-              "Writes mock CSV train/eval data for a pipeline config, with labels drawn from a "
-              "hidden model, and reports the oracle AUC.",
+              "Writes mock train/eval data for a pipeline config (CSV, or Parquet for "
+              "ParquetDataset), with labels drawn from a hidden model, and reports the oracle AUC.",
               {{"pipeline_config_path", "pipeline config to generate data for"},
                {"output_dir", "directory for train/, eval/ and oracle.json"},
                {"train_rows", "number of train rows", false, "100000"},
@@ -287,10 +394,13 @@ int GenDataMain(const std::vector<std::string>& args) {
                {"num_files", "number of train files (eval gets a quarter, at least 1)", false, "2"},
                {"seed", "random seed", false, "2024"},
                {"multi_value_fraction", "share of sparse values with two ids", false, "0.1"},
-               {"null_fraction", "share of sparse values left empty", false, "0.02"}});
+               {"null_fraction", "share of sparse values left empty", false, "0.02"},
+               {"edit_config_json", "JSON object of config path -> value overrides (as for "
+                                    "train_eval), e.g. to write Parquet for an ODPS config"}});
   if (!flags.Parse(args)) return 0;
   if (flags.Get("pipeline_config_path").empty()) Fail("gen_data: --pipeline_config_path is required");
   auto config = LoadPipelineConfig(flags.Get("pipeline_config_path"));
+  if (!flags.Get("edit_config_json").empty()) EditConfigJson(&config, flags.Get("edit_config_json"));
   GenDataOptions options;
   options.output_dir = flags.Get("output_dir");
   options.train_rows = flags.GetInt("train_rows");

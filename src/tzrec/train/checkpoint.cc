@@ -148,6 +148,9 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
                         at::scalar_tensor(state.sparse_optimizer ? state.sparse_optimizer->step() : 0,
                                           at::TensorOptions().dtype(at::kLong))}});
     }
+    if (state.dataloader_state) {
+      WriteFileAtomic(JoinPath(tmp, DataloaderState::kFileName), state.dataloader_state->ToJson());
+    }
     nlohmann::json meta = {{"format", "tzrec-cpp-checkpoint/1"}, {"global_step", step}};
     WriteFileAtomic(JoinPath(tmp, "meta.json"), meta.dump() + "\n");
     if (std::rename(tmp.c_str(), final_path.c_str()) != 0) {

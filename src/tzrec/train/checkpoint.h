@@ -13,6 +13,8 @@
 // never leaves a half checkpoint that looks complete.
 #pragma once
 
+#include "tzrec/data/data_position.h"
+
 #include <torch/optim/optimizer.h>
 
 #include <map>
@@ -39,6 +41,8 @@ struct TrainingState {
   Model* model = nullptr;
   SparseOptimizer* sparse_optimizer = nullptr;
   torch::optim::Optimizer* dense_optimizer = nullptr;
+  // Saved as dataloader_state.json when set (train only).
+  const DataloaderState* dataloader_state = nullptr;
 };
 
 // Saves and prunes to the newest `keep_checkpoint_max` (0 keeps all). Returns the path.

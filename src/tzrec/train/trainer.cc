@@ -206,6 +206,19 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     fine_tune = false;
     skip_steps = latest->step;
   }
+  // Exact data position of the checkpoint we continue from; without one (older checkpoints)
+  // the seeded data order is replayed and the consumed batches skipped.
+  DataloaderState data_state;
+  bool resume_data_position = false;
+  if (skip_steps >= 0) {
+    const std::string state_file = JoinPath(restore_from->path, DataloaderState::kFileName);
+    if (PathExists(state_file)) {
+      data_state = DataloaderState::FromJson(ReadFileToString(state_file), state_file);
+      resume_data_position = true;
+      LOG_INFO << "Resuming data after the rows recorded in " << state_file << " (epoch "
+               << data_state.epochs_completed() << ")";
+    }
+  }
   if (restore_from) {
     RestoreOptions restore;
     restore.restore_optimizer = !fine_tune && !options.ignore_restore_optimizer;
@@ -231,7 +244,9 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   int64_t last_saved = -1;
   auto save_and_eval = [&](int64_t step, int64_t epoch) {
     if (step < 0 || step == last_saved) return;
-    SaveCheckpoint(model_dir, step, pipeline.State(), static_cast<int>(train.keep_checkpoint_max()));
+    TrainingState state = pipeline.State();
+    state.dataloader_state = &data_state;
+    SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()));
     last_saved = step;
     if (eval_data) RunEvaluation(model, *eval_data, config.eval_config(), step, epoch, result_file);
   };
@@ -244,9 +259,11 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   bool done = !use_epochs && skip_steps >= num_steps - 1;
   // Where step time goes (ms since the last log line), reported at LOG_LEVEL=DEBUG.
   StepTimer timer;
-  if (done) i_step = skip_steps;
-  for (int64_t epoch = 0; !done && (!use_epochs || epoch < train.num_epochs()); ++epoch) {
-    auto stream = train_data.Open(epoch);
+  if (done || resume_data_position) i_step = skip_steps;
+  const int64_t first_epoch = resume_data_position ? data_state.epochs_completed() : 0;
+  for (int64_t epoch = first_epoch; !done && (!use_epochs || epoch < train.num_epochs()); ++epoch) {
+    const bool resumed_epoch = resume_data_position && epoch == first_epoch;
+    auto stream = train_data.Open(epoch, resumed_epoch ? &data_state : nullptr);
     ParsedBatch parsed;
     int64_t batches_this_epoch = 0;
     while (true) {
@@ -255,13 +272,15 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       timer.Lap("data");
       ++batches_this_epoch;
       // Resume without a data-position file: replay the order and skip consumed batches.
-      if (skipped <= skip_steps) {
+      if (!resume_data_position && skipped <= skip_steps) {
+        data_state.Consume(parsed.positions);
         ++skipped;
         i_step = skipped - 1;
         parsed = ParsedBatch();
         continue;
       }
       ++i_step;
+      RowPositions positions = std::move(parsed.positions);
       Batch batch = ToBatch(std::move(parsed));
       parsed = ParsedBatch();
       Predictions predictions = model.Predict(batch);
@@ -276,6 +295,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       timer.Lap("dense_opt");
       // Table rows were already updated inside backward; this advances Adam's step count.
       pipeline.sparse_optimizer->FinishStep();
+      data_state.Consume(positions);
 
       if (i_step % log_every == 0) {
         auto now = std::chrono::steady_clock::now();
@@ -304,7 +324,10 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
         break;
       }
     }
-    if (batches_this_epoch == 0) Fail("train input '", config.train_input_path(), "' yields no batch");
+    if (batches_this_epoch == 0 && !resumed_epoch) {
+      Fail("train input '", config.train_input_path(), "' yields no batch");
+    }
+    if (!done) data_state.FinishEpoch();
     if (save_epochs > 0 && (epoch + 1) % save_epochs == 0) save_and_eval(i_step, epoch);
     if (done) {
       save_and_eval(i_step, epoch);

@@ -1,0 +1,180 @@
+#include "tzrec/data/data_position.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tzrec/common/error.h"
+
+namespace tzrec {
+
+void RowPositions::AddRange(const std::string& source_id, int64_t first, int64_t count) {
+  if (count <= 0) return;
+  int32_t index = -1;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i] == source_id) index = static_cast<int32_t>(i);
+  }
+  if (index < 0) {
+    index = static_cast<int32_t>(sources.size());
+    sources.push_back(source_id);
+  }
+  source.insert(source.end(), count, index);
+  for (int64_t i = 0; i < count; ++i) row.push_back(first + i);
+}
+
+void RowPositions::Append(const RowPositions& other) {
+  std::vector<int32_t> remap(other.sources.size());
+  for (size_t i = 0; i < other.sources.size(); ++i) {
+    auto it = std::find(sources.begin(), sources.end(), other.sources[i]);
+    if (it == sources.end()) {
+      remap[i] = static_cast<int32_t>(sources.size());
+      sources.push_back(other.sources[i]);
+    } else {
+      remap[i] = static_cast<int32_t>(it - sources.begin());
+    }
+  }
+  for (int32_t s : other.source) source.push_back(remap[s]);
+  row.insert(row.end(), other.row.begin(), other.row.end());
+}
+
+RowPositions RowPositions::Slice(int64_t begin, int64_t end) const {
+  RowPositions out;
+  out.sources = sources;
+  out.source.assign(source.begin() + begin, source.begin() + end);
+  out.row.assign(row.begin() + begin, row.begin() + end);
+  return out;
+}
+
+void DataloaderState::Consume(const RowPositions& positions) {
+  if (positions.readers > 0) {
+    next_reader_ = positions.next_reader;
+    readers_ = positions.readers;
+  }
+  std::vector<int64_t> last(positions.sources.size(), -1);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    int64_t& value = last[positions.source[i]];
+    value = std::max(value, positions.row[i]);
+  }
+  for (size_t s = 0; s < last.size(); ++s) {
+    if (last[s] < 0) continue;
+    auto [it, inserted] = consumed_.emplace(positions.sources[s], last[s]);
+    if (!inserted) it->second = std::max(it->second, last[s]);
+  }
+}
+
+void DataloaderState::FinishEpoch() {
+  consumed_.clear();
+  ++epochs_completed_;
+  next_reader_ = -1;
+  readers_ = 0;
+}
+
+std::string DataloaderState::ToJson() const {
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  for (const auto& [source, row] : consumed_) json[source] = row;
+  json["__epochs_completed__"] = epochs_completed_;
+  if (readers_ > 0) {
+    json["__tzrec_next_reader__"] = next_reader_;
+    json["__tzrec_readers__"] = readers_;
+  }
+  return json.dump(2) + "\n";
+}
+
+DataloaderState DataloaderState::FromJson(const std::string& text, const std::string& where) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    Fail(where, ": not valid JSON: ", e.what());
+  }
+  if (!json.is_object()) Fail(where, ": expected a JSON object of source -> row");
+  DataloaderState state;
+  for (const auto& [key, value] : json.items()) {
+    if (!value.is_number_integer()) {
+      // TorchEasyRec also records e.g. __data_ts_watermark__ (streaming sources): not a row.
+      if (key.rfind("__", 0) == 0) continue;
+      Fail(where, ": '", key, "' must map to an integer row, got ", value.dump());
+    }
+    if (key == "__epochs_completed__") {
+      state.epochs_completed_ = value.get<int64_t>();
+    } else if (key == "__tzrec_next_reader__") {
+      state.next_reader_ = value.get<int32_t>();
+    } else if (key == "__tzrec_readers__") {
+      state.readers_ = value.get<int32_t>();
+    } else if (key.rfind("__", 0) != 0) {
+      state.consumed_[key] = value.get<int64_t>();
+    }
+  }
+  return state;
+}
+
+RowInterval SliceRows(int64_t total, int64_t slice, int64_t slices, int64_t batch_size,
+                      bool drop_redundant_bs_eq_one) {
+  const int64_t size = total / slices;
+  const int64_t split_point = total % slices;
+  int64_t begin, end;
+  if (slice < split_point) {
+    begin = slice * (size + 1);
+    end = begin + size + 1;
+  } else {
+    begin = split_point * (size + 1) + (slice - split_point) * size;
+    end = begin + size;
+  }
+  if (drop_redundant_bs_eq_one && split_point != 0 && batch_size > 0 &&
+      (end - begin) % batch_size == 1 && size % batch_size == 0) {
+    end -= 1;
+  }
+  return {begin, end};
+}
+
+std::vector<RowInterval> RemainingIntervals(const DataloaderState* state,
+                                            const std::string& input_path, int64_t total) {
+  std::vector<std::pair<int64_t, int64_t>> entries;  // (start, consumed)
+  if (state) {
+    for (const auto& [key, consumed] : state->consumed()) {
+      const size_t colon = key.rfind(':');
+      if (colon == std::string::npos || key.compare(0, colon, input_path) != 0 ||
+          colon != input_path.size()) {
+        continue;
+      }
+      int64_t start = 0;
+      try {
+        start = std::stoll(key.substr(colon + 1));
+      } catch (const std::exception&) {
+        Fail(DataloaderState::kFileName, ": key '", key, "' does not end in :<row>");
+      }
+      entries.emplace_back(start, consumed);
+    }
+  }
+  if (entries.empty()) return {{0, total}};
+  std::sort(entries.begin(), entries.end());
+  std::vector<RowInterval> remaining;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int64_t range_end = i + 1 < entries.size() ? entries[i + 1].first : total;
+    if (entries[i].second + 1 < range_end) remaining.push_back({entries[i].second + 1, range_end});
+  }
+  return remaining;
+}
+
+std::vector<RowInterval> WorkerIntervals(const std::vector<RowInterval>& remaining, int64_t slice,
+                                         int64_t slices, int64_t batch_size,
+                                         bool drop_redundant_bs_eq_one) {
+  int64_t total = 0;
+  for (const auto& interval : remaining) total += interval.end - interval.begin;
+  const RowInterval logical = SliceRows(total, slice, slices, batch_size, drop_redundant_bs_eq_one);
+  std::vector<RowInterval> result;
+  int64_t position = 0;
+  for (const auto& interval : remaining) {
+    const int64_t length = interval.end - interval.begin;
+    const int64_t overlap_begin = std::max(logical.begin, position);
+    const int64_t overlap_end = std::min(logical.end, position + length);
+    if (overlap_begin < overlap_end) {
+      result.push_back({interval.begin + (overlap_begin - position),
+                        interval.begin + (overlap_end - position)});
+    }
+    position += length;
+    if (position >= logical.end) break;
+  }
+  return result;
+}
+
+}  // namespace tzrec
