@@ -16,6 +16,7 @@
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/embedding/fused_lookup.h"
+#include "tzrec/train/batch.h"
 #include "tzrec/modules/fast_linear.h"
 #include "tzrec/train/runtime.h"
 
@@ -129,7 +130,11 @@ void DataBench(const std::string& config_path, const std::string& input, int wor
   auto stream = dataset.Open(0);
   tzrec::ParsedBatch batch;
   int64_t rows = 0;
-  while (stream->Next(&batch)) rows += batch.size;
+  while (stream->Next(&batch)) {
+    rows += batch.size;
+    tzrec::Batch tensors = tzrec::ToBatch(std::move(batch));  // what the trainer consumes
+    batch = tzrec::ParsedBatch();
+  }
   double seconds = Seconds(start);
   std::printf("data %s workers=%d: %.0f rows/s (%.0f rows/s per worker thread), %.2f ms per 4096-row batch\n",
               input.c_str(), workers, rows / seconds, rows / seconds / workers,
