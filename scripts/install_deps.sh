@@ -13,6 +13,7 @@ PACKAGES=(
   nlohmann-json3-dev libdnnl-dev
   libgtest-dev googletest
   libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev
+  libfarmhash-dev libmuparser-dev libsentencepiece-dev sentencepiece libopencc-dev libutf8proc-dev
 )
 
 SUDO=""
