@@ -94,7 +94,15 @@ for model in deepfm dlrm; do
     ref_aucs+=("$(sed -n 's/^reference_eval_auc=//p' $OUT/reference_${model}_epoch.log)")
     echo "[bench] $model seed $seed: eval AUC after one epoch: ours ${ours_aucs[-1]}, reference ${ref_aucs[-1]}"
   done
-  echo "$model: peak RSS of our one-epoch run: $rss KiB"
+  tables_mib=$(sed -n 's/.*embedding tables: \([0-9]*\) MiB.*/\1/p' $OUT/ours_${model}_epoch.log | head -1)
+  # Resident code of the binary and its libraries (LibTorch, oneDNN), measured by a run that
+  # stops right after start-up; it is not data, so the ratio is also shown without it.
+  code_kib=$( (/usr/bin/time -v build/tzrec train_eval --pipeline_config_path=/nonexistent) 2>&1 \
+    | sed -n 's/.*Maximum resident set size (kbytes): //p')
+  echo "$model: peak RSS of our one-epoch run: $((rss / 1024)) MiB; tables + optimizer state" \
+    "+ slot maps ${tables_mib} MiB; ratio $(awk -v r=$rss -v t=$tables_mib 'BEGIN{printf "%.2f", r/1024/t}')," \
+    "$(awk -v r=$rss -v c=$code_kib -v t=$tables_mib 'BEGIN{printf "%.2f", (r-c)/1024/t}') without" \
+    "the $((code_kib / 1024)) MiB of resident library code"
   mean() { awk '{s+=$1; n++} END {printf "%.4f", s/n}'; }
   ours_mean=$(printf '%s\n' "${ours_aucs[@]}" | mean)
   ref_mean=$(printf '%s\n' "${ref_aucs[@]}" | mean)

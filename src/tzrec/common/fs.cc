@@ -3,6 +3,8 @@
 #include <glob.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -134,6 +136,16 @@ std::vector<std::string> ListDirectory(const std::string& path) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+int64_t ResidentSetBytes() {
+  std::FILE* file = std::fopen("/proc/self/statm", "r");
+  if (!file) return -1;
+  long long total_pages = 0, resident_pages = 0;
+  int fields = std::fscanf(file, "%lld %lld", &total_pages, &resident_pages);
+  std::fclose(file);
+  if (fields != 2) return -1;
+  return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGE_SIZE);
 }
 
 }  // namespace tzrec

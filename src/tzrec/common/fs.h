@@ -20,6 +20,9 @@ void WriteFileAtomic(const std::string& path, const char* data, size_t size);
 // Appends one line (a '\n' is added) and flushes, creating the file if needed.
 void AppendLine(const std::string& path, const std::string& line);
 
+// This process's resident memory now (/proc/self/statm), or -1 where unavailable.
+int64_t ResidentSetBytes();
+
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 void MakeDirs(const std::string& path);

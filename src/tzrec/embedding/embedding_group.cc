@@ -113,6 +113,7 @@ void EmbeddingGroup::Materialize(const SparseOptimizer* optimizer) {
          "id_feature.num_buckets>1000000].id_feature.num_buckets\": 1000000}'");
   }
   for (auto& storage : storages_) storage->Allocate();
+  table_bytes_ = bytes;
   storage_lookups_.assign(storages_.size(), {});
   for (size_t i = 0; i < lookups_.size(); ++i) {
     EmbeddingStorage* storage = tables_[lookups_[i].table]->storage();

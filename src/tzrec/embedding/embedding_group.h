@@ -39,6 +39,8 @@ class EmbeddingGroup {
   // Allocates and initialises all tables with room for `optimizer`'s state.
   void Materialize(const SparseOptimizer* optimizer);
   bool materialized() const { return !storages_.empty() || table_specs_.empty(); }
+  // Bytes of all tables with their optimizer state and backward slot maps (after Materialize).
+  int64_t table_bytes() const { return table_bytes_; }
 
   // `training`: record the backward that updates the tables with the sparse optimizer.
   std::map<std::string, at::Tensor> Forward(const Batch& batch, bool training);
@@ -72,6 +74,7 @@ class EmbeddingGroup {
   // After Materialize: one storage per dim, the tables, and each storage's lookups in order.
   std::vector<std::unique_ptr<EmbeddingStorage>> storages_;
   std::vector<EmbeddingTable*> tables_;
+  int64_t table_bytes_ = 0;
   std::vector<std::vector<int>> storage_lookups_;
   std::map<std::string, std::vector<Member>> groups_;
   std::vector<std::string> group_order_;

@@ -1,6 +1,9 @@
 #include "tzrec/train/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -39,8 +42,41 @@ void WriteTensorDict(const std::string& path, const std::map<std::string, at::Te
                         t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size();
     dict.insert(kv.first, owns_storage ? t : t.clone(at::MemoryFormat::Contiguous));
   }
-  std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-  WriteFileAtomic(path, bytes.data(), bytes.size());
+  // The same archive torch::jit::pickle_save builds (and torch.load reads), but streamed to
+  // the file: pickle_save assembles it in memory first, which doubled peak RSS at every save
+  // of a large table.
+  std::vector<char> pickle_bytes;
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t size) { pickle_bytes.insert(pickle_bytes.end(), data, data + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::string tmp = TempSiblingPath(path);
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (!file) Fail("cannot write '", tmp, "'");
+  bool write_failed = false;
+  try {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
+      if (size > 0 && std::fwrite(data, 1, size, file) != size) write_failed = true;
+      return size;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickle_bytes.data(), pickle_bytes.size(),
+                                       pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  } catch (...) {
+    std::fclose(file);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::fclose(file) != 0 || write_failed) {
+    std::remove(tmp.c_str());
+    Fail("cannot write '", path, "' (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    Fail("cannot move '", tmp, "' to '", path, "'");
+  }
 }
 
 std::map<std::string, at::Tensor> ReadTensorDict(const std::string& path) {

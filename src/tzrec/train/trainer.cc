@@ -81,6 +81,8 @@ void BuildModel(const protos::EasyRecConfig& config, bool with_optimizers, Pipel
                          {data.sample_weight_fields().begin(), data.sample_weight_fields().end()});
   p->sparse_optimizer = SparseOptimizer::Create(config.train_config().sparse_optimizer());
   p->model->embedding_group().Materialize(p->sparse_optimizer.get());
+  LOG_INFO << "embedding tables: " << (p->model->embedding_group().table_bytes() >> 20)
+           << " MiB with optimizer state; process RSS " << (ResidentSetBytes() >> 20) << " MiB";
   if (with_optimizers) {
     p->dense_optimizer =
         CreateDenseOptimizer(config.train_config().dense_optimizer(), p->model->parameters());
