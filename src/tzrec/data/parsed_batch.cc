@@ -33,19 +33,41 @@ ParsedBatch ParsedBatch::Slice(int64_t begin, int64_t end) const {
   out.size = end - begin;
   for (const auto& kv : sparse) {
     const SparseValues& src = kv.second;
-    int64_t value_begin = 0;
-    for (int64_t i = 0; i < begin; ++i) value_begin += src.lengths[i];
-    int64_t value_end = value_begin;
-    for (int64_t i = begin; i < end; ++i) value_end += src.lengths[i];
     SparseValues& dst = out.sparse[kv.first];
-    dst.values.assign(src.values.begin() + value_begin, src.values.begin() + value_end);
     dst.lengths.assign(src.lengths.begin() + begin, src.lengths.begin() + end);
+    int64_t value_begin = 0, value_end = 0;
+    if (src.key_lengths.empty()) {
+      for (int64_t i = 0; i < begin; ++i) value_begin += src.lengths[i];
+      value_end = value_begin;
+      for (int64_t i = begin; i < end; ++i) value_end += src.lengths[i];
+    } else {
+      int64_t step_begin = 0, step_end = 0;
+      for (int64_t i = 0; i < begin; ++i) step_begin += src.lengths[i];
+      step_end = step_begin;
+      for (int64_t i = begin; i < end; ++i) step_end += src.lengths[i];
+      for (int64_t j = 0; j < step_begin; ++j) value_begin += src.key_lengths[j];
+      value_end = value_begin;
+      for (int64_t j = step_begin; j < step_end; ++j) value_end += src.key_lengths[j];
+      dst.key_lengths.assign(src.key_lengths.begin() + step_begin, src.key_lengths.begin() + step_end);
+    }
+    dst.values.assign(src.values.begin() + value_begin, src.values.begin() + value_end);
+    if (!src.weights.empty()) {
+      dst.weights.assign(src.weights.begin() + value_begin, src.weights.begin() + value_end);
+    }
   }
   for (const auto& kv : dense) {
+    const DenseValues& src = kv.second;
     DenseValues& dst = out.dense[kv.first];
-    dst.dim = kv.second.dim;
-    dst.values.assign(kv.second.values.begin() + begin * dst.dim,
-                      kv.second.values.begin() + end * dst.dim);
+    dst.dim = src.dim;
+    int64_t row_begin = begin, row_end = end;
+    if (!src.lengths.empty()) {
+      dst.lengths.assign(src.lengths.begin() + begin, src.lengths.begin() + end);
+      row_begin = row_end = 0;
+      for (int64_t i = 0; i < begin; ++i) row_begin += src.lengths[i];
+      row_end = row_begin;
+      for (int64_t i = begin; i < end; ++i) row_end += src.lengths[i];
+    }
+    dst.values.assign(src.values.begin() + row_begin * dst.dim, src.values.begin() + row_end * dst.dim);
   }
   for (const auto& kv : labels) {
     out.labels[kv.first].assign(kv.second.begin() + begin, kv.second.begin() + end);

@@ -16,18 +16,25 @@ namespace tzrec {
 
 struct SparseValues {
   std::vector<int64_t> values;
-  std::vector<int32_t> lengths;
+  std::vector<int32_t> lengths;  // per row: ids, or for sequences: steps
+  std::vector<float> weights;    // weighted features: one per value (else empty)
+  // Sequence features: ids per step (lengths[i] steps of row i, key_lengths[j] ids of step j).
+  std::vector<int32_t> key_lengths;
   void Append(const SparseValues& other) {
     values.insert(values.end(), other.values.begin(), other.values.end());
     lengths.insert(lengths.end(), other.lengths.begin(), other.lengths.end());
+    weights.insert(weights.end(), other.weights.begin(), other.weights.end());
+    key_lengths.insert(key_lengths.end(), other.key_lengths.begin(), other.key_lengths.end());
   }
 };
 
 struct DenseValues {
   int32_t dim = 1;
-  std::vector<float> values;  // row-major [rows, dim]
+  std::vector<float> values;  // row-major [rows, dim]; sequences: [steps, dim]
+  std::vector<int32_t> lengths;  // sequence features only: steps per row
   void Append(const DenseValues& other) {
     values.insert(values.end(), other.values.begin(), other.values.end());
+    lengths.insert(lengths.end(), other.lengths.begin(), other.lengths.end());
   }
 };
 

@@ -22,6 +22,12 @@ struct Column {
   std::string chars;
   std::vector<int64_t> ints;        // kInt64
   std::vector<double> doubles;      // kDouble
+  // Text of nested values (Parquet LIST columns): list_depth 1 = items joined by
+  // list_separator; 2 = sub-lists joined by nested_separator, their items by list_separator.
+  // 0 for plain values (CSV text is split by each feature's own separators).
+  int list_depth = 0;
+  std::string list_separator;
+  std::string nested_separator;
 
   size_t size() const { return valid.size(); }
   bool IsNull(size_t row) const { return !valid[row]; }

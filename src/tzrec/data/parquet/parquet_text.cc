@@ -65,6 +65,9 @@ Column ParquetColumnToText(const ParquetColumn& column, size_t begin, size_t end
   Column out;
   out.name = column.name;
   out.type = ColumnType::kString;
+  out.list_depth = static_cast<int>(column.lists.size());
+  if (out.list_depth > 0) out.list_separator = format.list_separator;
+  if (out.list_depth > 1) out.nested_separator = format.nested_list_separator;
   out.valid.reserve(end - begin);
   out.offsets.reserve(end - begin + 1);
   TextBuilder builder{column, format, float_items, float_keys};
