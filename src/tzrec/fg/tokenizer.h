@@ -1,10 +1,13 @@
 // Text to token ids for tokenize_feature (no LibTorch).
 //
 // Two tokenizer kinds, as TorchEasyRec's `tokenizer_type`: "bpe" reads a Hugging Face
-// `tokenizer.json` (the format tokenizers-cpp loads), "sentencepiece" a SentencePiece
-// `.model` file (Debian's libsentencepiece). TextNormalizer implements
-// `text_normalizer.norm_options` (lower/upper case, full-width to half-width, traditional to
-// simplified Chinese, symbol filtering, splitting CJK characters, removing spaces).
+// `tokenizer.json` (the format tokenizers-cpp loads; any model/normalizer/pre-tokenizer that
+// file can hold, not only BPE — hf_tokenizer.h lists what is supported), "sentencepiece" a
+// SentencePiece `.model` file (Debian's libsentencepiece, opened with dlopen: tokenizer.cc says
+// why). TextNormalizer implements `text_normalizer.norm_options` (lower/upper case, full-width
+// to half-width, traditional to simplified Chinese, symbol filtering, splitting CJK characters,
+// removing spaces); text_normalizer.cc documents the order of the steps and the default stop
+// characters.
 //
 // Thread safety: both are immutable after Load/Create; Encode/Normalize may be called
 // concurrently.
@@ -26,9 +29,10 @@ class Tokenizer {
   // naming the file (and the component).
   static std::unique_ptr<Tokenizer> Load(const std::string& path, const std::string& type,
                                          const std::string& where);
-  // Appends the ids of `text` to `ids` (no special tokens added).
+  // Appends the ids of `text` to `ids` (no special tokens added). Invalid UTF-8 never fails:
+  // tokenizer.json reads each bad byte as U+FFFD, SentencePiece handles it itself.
   virtual void Encode(std::string_view text, std::vector<int64_t>* ids) const = 0;
-  // Number of ids (embedding rows).
+  // Number of ids (embedding rows): the largest id of the vocab and added tokens plus one.
   virtual int64_t vocab_size() const = 0;
 };
 
@@ -46,9 +50,10 @@ enum TextNormOption : uint32_t {
 class TextNormalizer {
  public:
   virtual ~TextNormalizer() = default;
-  // `options` is a bitmask of TextNormOption. `max_length` > 0: inputs longer than that many
-  // bytes pass through unchanged (TorchEasyRec's rule). `stop_char_file` (empty: a built-in
-  // list) lists the characters kTextFilter removes, one per line.
+  // `options` is a bitmask of TextNormOption (other bits throw). `max_length` > 0: inputs
+  // longer than that many bytes pass through unchanged (TorchEasyRec's rule). `stop_char_file`
+  // (empty: a built-in list) lists the characters kTextFilter removes, one per line. Invalid
+  // UTF-8 bytes pass through unchanged.
   static std::unique_ptr<TextNormalizer> Create(uint32_t options, int64_t max_length,
                                                 const std::string& stop_char_file,
                                                 const std::string& where);
