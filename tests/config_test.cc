@@ -82,13 +82,13 @@ TEST(SupportedFields, UnsupportedFieldsAreNamedWithTheirPath) {
     train_config { num_steps: 1 mixed_precision: "BF16" }
     feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 4 } }
     feature_configs { id_feature { feature_name: "b" num_buckets: 3 embedding_dim: 4
-                                   vocab_list: ["x"] } }
+                                   init_fn: "nn.init.uniform_,b=0.01" } }
     model_config { train_metrics { auc {} } }
   )", "t");
   auto unsupported = FindUnsupportedFields(config, SupportedConfigFields());
   ASSERT_EQ(unsupported.size(), 3u);
   EXPECT_EQ(unsupported[0], "train_config.mixed_precision");
-  EXPECT_EQ(unsupported[1], "feature_configs[1].id_feature.vocab_list");
+  EXPECT_EQ(unsupported[1], "feature_configs[1].id_feature.init_fn");
   EXPECT_EQ(unsupported[2], "model_config.train_metrics");
   EXPECT_TZREC_ERROR(CheckConfigSupported(config), "train_config.mixed_precision: not supported yet");
 }

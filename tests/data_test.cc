@@ -178,9 +178,9 @@ TEST(Features, ConfigErrors) {
   EXPECT_TZREC_ERROR(CreateFeatures(config.feature_configs(), config.data_config()),
                      "duplicate feature name 'a'");
   config = ParsePipelineConfigText(R"(
-    feature_configs { combo_feature { feature_name: "a" } })", "t");
+    feature_configs { regex_replace_feature { feature_name: "a" expression: "user:q" } })", "t");
   EXPECT_TZREC_ERROR(CreateFeatures(config.feature_configs(), config.data_config()),
-                     "feature_configs[0].combo_feature: not supported yet");
+                     "feature_configs[0].regex_replace_feature: not supported yet");
 }
 
 // Writes `files` CSV files of `rows_per_file` rows: user = global row index % 100, clk = row.

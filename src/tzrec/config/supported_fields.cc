@@ -122,33 +122,6 @@ const std::vector<std::string>& SupportedConfigFields() {
       "data_config.shuffle_buffer_size",
       "data_config.input_fields_str",
       "data_config.in_order",
-      // features
-      "feature_configs.id_feature.feature_name",
-      "feature_configs.id_feature.expression",
-      "feature_configs.id_feature.embedding_dim",
-      "feature_configs.id_feature.hash_bucket_size",
-      "feature_configs.id_feature.num_buckets",
-      "feature_configs.id_feature.embedding_name",
-      "feature_configs.id_feature.pooling",
-      "feature_configs.id_feature.default_value",
-      "feature_configs.id_feature.separator",
-      "feature_configs.id_feature.fg_encoded_default_value",
-      "feature_configs.id_feature.fg_value_type",
-      "feature_configs.id_feature.value_dim",
-      "feature_configs.id_feature.trainable",
-      "feature_configs.raw_feature.feature_name",
-      "feature_configs.raw_feature.expression",
-      "feature_configs.raw_feature.embedding_dim",
-      "feature_configs.raw_feature.boundaries",
-      "feature_configs.raw_feature.embedding_name",
-      "feature_configs.raw_feature.pooling",
-      "feature_configs.raw_feature.value_dim",
-      "feature_configs.raw_feature.default_value",
-      "feature_configs.raw_feature.separator",
-      "feature_configs.raw_feature.normalizer",
-      "feature_configs.raw_feature.fg_encoded_default_value",
-      "feature_configs.raw_feature.fg_value_type",
-      "feature_configs.raw_feature.trainable",
       // model_config (group_type and num_class values are checked by the model)
       "model_config.feature_groups.group_name",
       "model_config.feature_groups.feature_names",
@@ -163,7 +136,36 @@ const std::vector<std::string>& SupportedConfigFields() {
       "model_config.dlrm.final.*",
       "model_config.dlrm.arch_with_sparse",
   };
-  return kFields;
+  static const std::vector<std::string> kWithFeatures = [] {
+    std::vector<std::string> fields = kFields;
+    // Feature generation (src/tzrec/fg/) honours these on every feature type it implements,
+    // plain, as sequence_<type>, and inside a grouped sequence_feature.
+    const std::vector<std::string> common = {
+        "feature_name", "expression", "embedding_dim", "embedding_name", "pooling",
+        "default_value", "separator", "fg_encoded_default_value", "fg_value_type", "trainable",
+        "stub_type", "hash_bucket_size", "num_buckets", "vocab_list", "vocab_dict", "vocab_file",
+        "asset_dir", "default_bucketize_value", "boundaries", "value_dim", "normalizer",
+        "weighted", "sequence_length", "sequence_delim", "sequence_fields", "map", "key",
+        "combiner", "need_discrete", "need_key", "value_separator", "nested_map", "pkey", "skey",
+        "show_pkey", "show_skey", "variables", "query", "title", "method", "document",
+        "kv_delimiter", "value_map", "tokenizer_type", "text_normalizer.*"};
+    const std::vector<std::string> types = {
+        "id_feature", "raw_feature", "combo_feature", "lookup_feature", "match_feature",
+        "expr_feature", "overlap_feature", "tokenize_feature", "kv_dot_product",
+        "bool_mask_feature", "combine_feature"};
+    for (const std::string& type : types) {
+      for (const std::string& prefix :
+           {"feature_configs." + type, "feature_configs.sequence_" + type,
+            "feature_configs.sequence_feature.features." + type}) {
+        for (const std::string& field : common) fields.push_back(prefix + "." + field);
+      }
+    }
+    for (const char* field : {"sequence_name", "sequence_length", "sequence_delim", "sequence_pk"}) {
+      fields.push_back(std::string("feature_configs.sequence_feature.") + field);
+    }
+    return fields;
+  }();
+  return kWithFeatures;
 }
 
 std::vector<std::string> FindUnsupportedFields(const Message& config,

@@ -87,17 +87,16 @@ void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options
 }
 
 Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Feature*> features,
-                 const std::string& input_path, DatasetMode mode, uint64_t seed)
-    : features_(std::move(features)) {
+                 const std::string& input_path, DatasetMode mode, uint64_t seed,
+                 std::shared_ptr<const fg::FeatureGenerator> generator)
+    : features_(std::move(features)), generator_(std::move(generator)) {
   if (data_config.dataset_type() != protos::CsvDataset &&
       data_config.dataset_type() != protos::ParquetDataset) {
     Fail("data_config.dataset_type: ", protos::DatasetType_Name(data_config.dataset_type()),
          " not supported yet (supported: CsvDataset, ParquetDataset)");
   }
-  if (data_config.fg_mode() != protos::FG_NONE) {
-    Fail("data_config.fg_mode: ", protos::FgMode_Name(data_config.fg_mode()),
-         " not supported yet (supported: FG_NONE)");
-  }
+  TZREC_CHECK((data_config.fg_mode() != protos::FG_NONE) == (generator_ != nullptr),
+              "a feature generator is needed exactly when fg_mode is not FG_NONE");
   options_.format = data_config.dataset_type() == protos::ParquetDataset ? DataFormat::kParquet
                                                                           : DataFormat::kCsv;
   options_.input_path = input_path;
@@ -134,8 +133,10 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
   auto want = [&](const std::string& name) {
     if (wanted.insert(name).second) options_.columns.push_back(name);
   };
-  for (const Feature* feature : features_) {
-    for (const auto& column : feature->input_columns()) want(column);
+  if (generator_) {
+    for (const auto& column : generator_->input_columns()) want(column);
+  } else {
+    for (const Feature* feature : features_) want(feature->name());
   }
   for (const auto& name : options_.label_fields) want(name);
   for (const auto& name : options_.sample_weight_fields) want(name);
@@ -161,7 +162,11 @@ std::unique_ptr<BatchStream> Dataset::Open(int64_t epoch, const DataloaderState*
 ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
   ParsedBatch parsed;
   parsed.size = static_cast<int64_t>(records.num_rows());
-  for (const Feature* feature : features_) feature->ParseEncoded(records, &parsed);
+  if (generator_) {
+    generator_->Generate(records, &parsed);
+  } else {
+    for (const Feature* feature : features_) feature->ParseEncoded(records, &parsed);
+  }
   for (const auto& name : options_.label_fields) {
     ParseFloatColumn(records, name, "label", &parsed.labels[name]);
   }

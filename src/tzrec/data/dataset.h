@@ -25,6 +25,7 @@
 #include "tzrec/data/parsed_batch.h"
 #include "tzrec/data/row_source.h"
 #include "tzrec/features/feature.h"
+#include "tzrec/fg/feature_generator.h"
 #include "tzrec/protos/data.pb.h"
 
 namespace tzrec {
@@ -64,9 +65,11 @@ class BatchStream;
 
 class Dataset {
  public:
-  // `features` must outlive the dataset.
+  // `features` must outlive the dataset. `generator` turns raw columns into the features when
+  // data_config.fg_mode is not FG_NONE (required then; see fg/feature_generator.h).
   Dataset(const protos::DataConfig& data_config, std::vector<const Feature*> features,
-          const std::string& input_path, DatasetMode mode, uint64_t seed);
+          const std::string& input_path, DatasetMode mode, uint64_t seed,
+          std::shared_ptr<const fg::FeatureGenerator> generator = nullptr);
   Dataset(DatasetOptions options, std::vector<const Feature*> features);
 
   // Starts one pass over the data; `epoch` varies the shuffle. With `resume`, rows the state
@@ -80,6 +83,7 @@ class Dataset {
  private:
   DatasetOptions options_;
   std::vector<const Feature*> features_;
+  std::shared_ptr<const fg::FeatureGenerator> generator_;
 };
 
 // One pass over a dataset. Next() blocks until a batch is ready; errors from reader threads

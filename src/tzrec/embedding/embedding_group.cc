@@ -33,6 +33,14 @@ EmbeddingGroup::EmbeddingGroup(
         Fail(where, ".feature_names: unknown feature '", feature_name, "'");
       }
       const Feature* feature = it->second;
+      if (feature->is_sequence()) {
+        Fail(where, ": sequence feature '", feature_name, "' in a ", wide ? "WIDE" : "DEEP",
+             " group is not supported yet (sequence groups and encoders are not implemented)");
+      }
+      if (feature->weighted()) {
+        Fail(where, ": weighted feature '", feature_name,
+             "': weighted pooling is not supported yet by the embedding engine");
+      }
       Member member;
       member.feature = feature;
       if (feature->is_sparse()) {

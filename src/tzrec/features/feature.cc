@@ -3,69 +3,95 @@
 #include <cmath>
 #include <set>
 
+#include <google/protobuf/descriptor.h>
+
 #include "tzrec/common/error.h"
+#include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
 
 namespace tzrec {
 
-Registry<FeatureFactory>& FeatureRegistry() {
-  static Registry<FeatureFactory> registry("feature type");
-  return registry;
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+const FieldDescriptor* FieldOf(const Message& msg, const char* name) {
+  return msg.GetDescriptor()->FindFieldByName(name);
+}
+std::string StringField(const Message& msg, const char* name) {
+  const FieldDescriptor* f = FieldOf(msg, name);
+  return f ? msg.GetReflection()->GetString(msg, f) : std::string();
+}
+bool HasField(const Message& msg, const char* name) {
+  const FieldDescriptor* f = FieldOf(msg, name);
+  return f && !f->is_repeated() && msg.GetReflection()->HasField(msg, f);
 }
 
-void Feature::InitSparse(const std::string& name, int64_t num_embeddings, int embedding_dim,
-                         const std::string& embedding_name, const std::string& pooling,
-                         const std::string& fg_encoded_default, bool trainable) {
-  name_ = name;
-  is_sparse_ = true;
-  trainable_ = trainable;
-  num_embeddings_ = num_embeddings;
-  embedding_dim_ = embedding_dim;
-  embedding_name_ = embedding_name.empty() ? name + "_emb" : embedding_name;
-  pooling_ = pooling;
-  if (pooling_ != "sum" && pooling_ != "mean") {
-    Fail(config_path(), ".pooling: '", pooling_, "' is not one of sum, mean");
-  }
-  if (embedding_dim_ <= 0) Fail(config_path(), ".embedding_dim must be set and > 0");
-  if (num_embeddings_ <= 0) {
-    Fail(config_path(), ": needs hash_bucket_size or num_buckets (bucket count > 0)");
-  }
-  if (!fg_encoded_default.empty()) {
-    has_default_ = true;
-    for (auto piece : SplitView(fg_encoded_default, context_.multival_sep)) {
-      int64_t id;
-      if (!ParseInt64(piece, &id)) {
-        Fail(config_path(), ".fg_encoded_default_value: '", Printable(fg_encoded_default),
-             "' is not a list of integer ids");
-      }
-      if (id < 0 || id >= num_embeddings_) {
-        Fail(config_path(), ".fg_encoded_default_value: id ", id, " out of range [0, ",
-             num_embeddings_, ")");
-      }
-      default_ids_.push_back(id);
-    }
-  }
-}
+}  // namespace
 
-void Feature::InitDense(const std::string& name, int value_dim,
-                        const std::string& fg_encoded_default) {
-  name_ = name;
-  is_sparse_ = false;
-  value_dim_ = value_dim;
-  if (value_dim_ <= 0) Fail(config_path(), ".value_dim must be > 0 for a dense feature");
-  if (!fg_encoded_default.empty()) {
-    has_default_ = true;
-    for (auto piece : SplitView(fg_encoded_default, context_.multival_sep)) {
-      float value;
-      if (!ParseFloat(piece, &value)) {
-        Fail(config_path(), ".fg_encoded_default_value: '", Printable(fg_encoded_default),
-             "' is not a list of numbers");
-      }
-      default_floats_.push_back(value);
+Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
+    : context_(std::move(context)) {
+  const Message& msg = *info.config;
+  name_ = info.name;
+  type_ = info.type;
+  is_sparse_ = info.is_sparse;
+  is_sequence_ = info.is_sequence;
+  sequence_delim_ = info.sequence_delim;
+  weighted_ = info.weighted;
+  const FieldDescriptor* trainable = FieldOf(msg, "trainable");
+  trainable_ = !trainable || msg.GetReflection()->GetBool(msg, trainable);
+  const std::string fg_encoded_default = StringField(msg, "fg_encoded_default_value");
+  if (is_sparse_) {
+    num_embeddings_ = info.num_embeddings;
+    const FieldDescriptor* dim = FieldOf(msg, "embedding_dim");
+    embedding_dim_ = dim ? static_cast<int>(msg.GetReflection()->GetUInt32(msg, dim)) : 0;
+    std::string embedding_name = StringField(msg, "embedding_name");
+    embedding_name_ = embedding_name.empty() ? name_ + "_emb" : embedding_name;
+    if (FieldOf(msg, "pooling")) pooling_ = StringField(msg, "pooling");
+    if (pooling_ != "sum" && pooling_ != "mean") {
+      Fail(config_path(), ".pooling: '", pooling_, "' is not one of sum, mean");
     }
-    if (static_cast<int>(default_floats_.size()) != value_dim_) {
-      Fail(config_path(), ".fg_encoded_default_value has ", default_floats_.size(),
-           " values but value_dim is ", value_dim_);
+    if (embedding_dim_ <= 0) Fail(config_path(), ".embedding_dim must be set and > 0");
+    if (num_embeddings_ <= 0) {
+      Fail(config_path(), ": needs hash_bucket_size or num_buckets (bucket count > 0)");
+    }
+    if (!fg_encoded_default.empty()) {
+      has_default_ = true;
+      for (auto piece : SplitView(fg_encoded_default, context_.multival_sep)) {
+        int64_t id;
+        if (!ParseInt64(piece, &id)) {
+          Fail(config_path(), ".fg_encoded_default_value: '", Printable(fg_encoded_default),
+               "' is not a list of integer ids");
+        }
+        if (id < 0 || id >= num_embeddings_) {
+          Fail(config_path(), ".fg_encoded_default_value: id ", id, " out of range [0, ",
+               num_embeddings_, ")");
+        }
+        default_ids_.push_back(id);
+      }
+    }
+  } else {
+    value_dim_ = std::max(info.value_dim, 1);
+    if (info.type == "raw_feature" && HasField(msg, "embedding_dim")) {
+      // TorchEasyRec ignores it too: a dense feature only gets an embedding via autodis/mlp.
+      LOG_WARNING << config_path() << ".embedding_dim has no effect without boundaries, "
+                  << "autodis or mlp; the feature is used as raw dense values";
+    }
+    if (!fg_encoded_default.empty()) {
+      has_default_ = true;
+      for (auto piece : SplitView(fg_encoded_default, context_.multival_sep)) {
+        float value;
+        if (!ParseFloat(piece, &value)) {
+          Fail(config_path(), ".fg_encoded_default_value: '", Printable(fg_encoded_default),
+               "' is not a list of numbers");
+        }
+        default_floats_.push_back(value);
+      }
+      if (static_cast<int>(default_floats_.size()) != value_dim_) {
+        Fail(config_path(), ".fg_encoded_default_value has ", default_floats_.size(),
+             " values but value_dim is ", value_dim_);
+      }
     }
   }
 }
@@ -86,69 +112,128 @@ void Feature::ParseEncoded(const RecordBatch& batch, ParsedBatch* out) const {
   }
 }
 
-void Feature::ParseSparse(const RecordBatch& batch, const Column& column,
-                          SparseValues* out) const {
-  const size_t rows = column.size();
-  out->lengths.reserve(out->lengths.size() + rows);
-  auto add_id = [&](size_t row, int64_t id) {
+int32_t Feature::AppendIds(const RecordBatch& batch, size_t row, std::string_view text,
+                           std::string_view separator, SparseValues* out) const {
+  int32_t count = 0;
+  ForEachPiece(text, separator, [&](std::string_view piece) {
+    if (piece.empty()) return;
+    float weight = 1.0f;
+    if (weighted_) {
+      size_t colon = piece.rfind(':');
+      if (colon == std::string_view::npos || !ParseFloat(piece.substr(colon + 1), &weight)) {
+        FailRow(batch, row, StrCat("'", Printable(piece), "' is not id:weight"));
+      }
+      piece = piece.substr(0, colon);
+    }
+    int64_t id;
+    if (!ParseInt64(piece, &id)) FailRow(batch, row, StrCat("'", Printable(piece), "' is not an integer id"));
     if (id < 0 || id >= num_embeddings_) {
       FailRow(batch, row, StrCat("id ", id, " out of range [0, ", num_embeddings_, ")"));
     }
     out->values.push_back(id);
+    if (weighted_) out->weights.push_back(weight);
+    ++count;
+  });
+  return count;
+}
+
+int32_t Feature::AppendFloats(const RecordBatch& batch, size_t row, std::string_view text,
+                              std::string_view separator, DenseValues* out) const {
+  int32_t count = 0;
+  ForEachPiece(text, separator, [&](std::string_view piece) {
+    float value;
+    if (!ParseFloat(piece, &value)) FailRow(batch, row, StrCat("'", Printable(piece), "' is not a number"));
+    out->values.push_back(value);
+    ++count;
+  });
+  if (count != value_dim_) FailRow(batch, row, StrCat(count, " values but value_dim is ", value_dim_));
+  return count;
+}
+
+void Feature::ParseSparse(const RecordBatch& batch, const Column& column, SparseValues* out) const {
+  const size_t rows = column.size();
+  out->lengths.reserve(out->lengths.size() + rows);
+  // Parquet lists arrive as text joined by the column's own separators.
+  const std::string_view item_sep = column.list_depth == 1 && !is_sequence_ ? column.list_separator
+                                    : column.list_depth == 2                 ? column.list_separator
+                                                                             : context_.multival_sep;
+  const std::string_view step_sep = column.list_depth == 2   ? column.nested_separator
+                                    : column.list_depth == 1 ? column.list_separator
+                                                             : sequence_delim_;
+  auto add_default = [&]() {
+    out->values.insert(out->values.end(), default_ids_.begin(), default_ids_.end());
+    if (weighted_) out->weights.insert(out->weights.end(), default_ids_.size(), 1.0f);
+    return static_cast<int32_t>(default_ids_.size());
   };
   for (size_t row = 0; row < rows; ++row) {
     bool null = column.IsNull(row);
     if (!null && column.type == ColumnType::kString && column.StringAt(row).empty()) null = true;
     if (null) {
-      if (has_default_) {
-        out->values.insert(out->values.end(), default_ids_.begin(), default_ids_.end());
-        out->lengths.push_back(static_cast<int32_t>(default_ids_.size()));
-      } else {
+      if (!has_default_) {
         out->lengths.push_back(0);
+      } else if (is_sequence_) {
+        out->key_lengths.push_back(add_default());
+        out->lengths.push_back(1);
+      } else {
+        out->lengths.push_back(add_default());
       }
       continue;
     }
-    switch (column.type) {
-      case ColumnType::kInt64:
-        add_id(row, column.ints[row]);
-        out->lengths.push_back(1);
-        break;
-      case ColumnType::kDouble: {
+    if (column.type != ColumnType::kString) {
+      int64_t id;
+      if (column.type == ColumnType::kInt64) {
+        id = column.ints[row];
+      } else {
         double value = column.doubles[row];
         if (value != std::floor(value)) FailRow(batch, row, StrCat("'", value, "' is not an id"));
-        add_id(row, static_cast<int64_t>(value));
-        out->lengths.push_back(1);
-        break;
+        id = static_cast<int64_t>(value);
       }
-      case ColumnType::kString: {
-        int32_t count = 0;
-        ForEachPiece(column.StringAt(row), context_.multival_sep, [&](std::string_view piece) {
-          int64_t id;
-          if (!ParseInt64(piece, &id)) {
-            FailRow(batch, row, StrCat("'", Printable(piece), "' is not an integer id"));
-          }
-          add_id(row, id);
-          ++count;
-        });
-        out->lengths.push_back(count);
-        break;
+      if (id < 0 || id >= num_embeddings_) {
+        FailRow(batch, row, StrCat("id ", id, " out of range [0, ", num_embeddings_, ")"));
       }
+      out->values.push_back(id);
+      if (weighted_) out->weights.push_back(1.0f);
+      if (is_sequence_) out->key_lengths.push_back(1);
+      out->lengths.push_back(1);
+      continue;
     }
+    std::string_view text = column.StringAt(row);
+    if (!is_sequence_) {
+      out->lengths.push_back(AppendIds(batch, row, text, item_sep, out));
+      continue;
+    }
+    int32_t steps = 0;
+    ForEachPiece(text, step_sep, [&](std::string_view step) {
+      int32_t n = step.empty() && has_default_ ? add_default() : AppendIds(batch, row, step, item_sep, out);
+      out->key_lengths.push_back(n);
+      ++steps;
+    });
+    out->lengths.push_back(steps);
   }
 }
 
-void Feature::ParseDense(const RecordBatch& batch, const Column& column,
-                         DenseValues* out) const {
+void Feature::ParseDense(const RecordBatch& batch, const Column& column, DenseValues* out) const {
   const size_t rows = column.size();
   out->values.reserve(out->values.size() + rows * value_dim_);
+  const std::string_view item_sep =
+      column.list_depth >= 1 && !(is_sequence_ && column.list_depth == 1) ? column.list_separator
+                                                                         : context_.multival_sep;
+  const std::string_view step_sep = column.list_depth == 2   ? column.nested_separator
+                                    : column.list_depth == 1 ? column.list_separator
+                                                             : sequence_delim_;
   for (size_t row = 0; row < rows; ++row) {
     bool null = column.IsNull(row);
     if (!null && column.type == ColumnType::kString && column.StringAt(row).empty()) null = true;
     if (null) {
       if (!has_default_) {
+        if (is_sequence_) {
+          out->lengths.push_back(0);
+          continue;
+        }
         FailRow(batch, row, "null value; set fg_encoded_default_value to fill nulls");
       }
       out->values.insert(out->values.end(), default_floats_.begin(), default_floats_.end());
+      if (is_sequence_) out->lengths.push_back(1);
       continue;
     }
     if (column.type != ColumnType::kString) {
@@ -158,20 +243,24 @@ void Feature::ParseDense(const RecordBatch& batch, const Column& column,
       out->values.push_back(column.type == ColumnType::kInt64
                                 ? static_cast<float>(column.ints[row])
                                 : static_cast<float>(column.doubles[row]));
+      if (is_sequence_) out->lengths.push_back(1);
       continue;
     }
-    int count = 0;
-    ForEachPiece(column.StringAt(row), context_.multival_sep, [&](std::string_view piece) {
-      float value;
-      if (!ParseFloat(piece, &value)) {
-        FailRow(batch, row, StrCat("'", Printable(piece), "' is not a number"));
-      }
-      out->values.push_back(value);
-      ++count;
-    });
-    if (count != value_dim_) {
-      FailRow(batch, row, StrCat(count, " values but value_dim is ", value_dim_));
+    std::string_view text = column.StringAt(row);
+    if (!is_sequence_) {
+      AppendFloats(batch, row, text, item_sep, out);
+      continue;
     }
+    int32_t steps = 0;
+    ForEachPiece(text, step_sep, [&](std::string_view step) {
+      if (step.empty() && has_default_) {
+        out->values.insert(out->values.end(), default_floats_.begin(), default_floats_.end());
+      } else {
+        AppendFloats(batch, row, step, item_sep, out);
+      }
+      ++steps;
+    });
+    out->lengths.push_back(steps);
   }
 }
 
@@ -179,25 +268,13 @@ std::vector<std::unique_ptr<Feature>> CreateFeatures(
     const google::protobuf::RepeatedPtrField<protos::FeatureConfig>& configs,
     const protos::DataConfig& data_config) {
   std::vector<std::unique_ptr<Feature>> features;
-  std::set<std::string> names;
-  for (int i = 0; i < configs.size(); ++i) {
-    const auto& config = configs.Get(i);
-    const auto* oneof = config.GetDescriptor()->FindOneofByName("feature");
-    const auto* which = config.GetReflection()->GetOneofFieldDescriptor(config, oneof);
-    std::string base_path = StrCat("feature_configs[", i, "]");
-    if (!which) Fail(base_path, ": no feature type set");
-    if (!FeatureRegistry().Has(which->name())) {
-      Fail(base_path, ".", which->name(), ": not supported yet");
-    }
+  for (const fg::FeatureInfo& info : fg::DescribeFeatures(configs, data_config.fg_mode())) {
+    if (info.stub) continue;  // FG intermediates are not model inputs
     FeatureContext context;
     context.fg_mode = data_config.fg_mode();
     context.multival_sep = data_config.fg_encoded_multival_sep();
-    context.config_path = base_path + "." + which->name();
-    auto feature = FeatureRegistry().Get(which->name())(config, context);
-    if (!names.insert(feature->name()).second) {
-      Fail(context.config_path, ".feature_name: duplicate feature name '", feature->name(), "'");
-    }
-    features.push_back(std::move(feature));
+    context.config_path = info.config_path;
+    features.push_back(std::make_unique<Feature>(info, context));
   }
   return features;
 }

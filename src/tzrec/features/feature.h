@@ -1,9 +1,10 @@
 // Features: what each entry of `feature_configs` means for data parsing and embeddings.
 //
-// A Feature knows its input columns, whether it is sparse (ids into an embedding table) or
-// dense (float vector), its table shape and pooling, and how to parse its column into a
-// ParsedBatch. Feature types register by their config oneof name ("id_feature", ...).
-// Features are immutable after construction and safe to use from many reader threads.
+// A Feature knows whether it is sparse (ids into an embedding table) or dense (float vector),
+// its table shape and pooling, and how to parse its FG-encoded column (FG_NONE data) into a
+// ParsedBatch. What a feature config means (sparse or not, rows, value_dim, inputs) is decided
+// once by fg::DescribeFeatures, shared with feature generation, so FG output and FG_NONE
+// parsing cannot disagree. Immutable after construction; safe from many reader threads.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "tzrec/common/registry.h"
 #include "tzrec/data/parsed_batch.h"
 #include "tzrec/data/record_batch.h"
 #include "tzrec/protos/data.pb.h"
+#include "tzrec/fg/feature_info.h"
 #include "tzrec/protos/feature.pb.h"
 
 namespace tzrec {
@@ -28,13 +29,18 @@ struct FeatureContext {
 
 class Feature {
  public:
-  virtual ~Feature() = default;
+  Feature(const fg::FeatureInfo& info, FeatureContext context);
 
   const std::string& name() const { return name_; }
   const std::string& config_path() const { return context_.config_path; }
-  virtual std::string type() const = 0;
+  const std::string& type() const { return type_; }
 
   bool is_sparse() const { return is_sparse_; }
+  // Sequence features ([B, T] steps per row); sparse ones may have several ids per step.
+  bool is_sequence() const { return is_sequence_; }
+  const std::string& sequence_delim() const { return sequence_delim_; }
+  // Ids carry weights ("id:weight").
+  bool weighted() const { return weighted_; }
   // Sparse features: embedding table rows, dim, shared table name and pooling.
   int64_t num_embeddings() const { return num_embeddings_; }
   int embedding_dim() const { return embedding_dim_; }
@@ -47,28 +53,26 @@ class Feature {
   // Width of this feature inside a DEEP group vector.
   int output_dim() const { return is_sparse_ ? embedding_dim_ : value_dim_; }
 
-  // Columns this feature reads under the current fg_mode.
-  std::vector<std::string> input_columns() const { return {name_}; }
-
-  // Parses this feature's column of `batch` (FG-encoded data) and adds it to `out`.
+  // Parses this feature's FG-encoded column of `batch` (FG_NONE data) and adds it to `out`.
   void ParseEncoded(const RecordBatch& batch, ParsedBatch* out) const;
-
- protected:
-  explicit Feature(FeatureContext context) : context_(std::move(context)) {}
-  // Called by subclasses once the common fields are known.
-  void InitSparse(const std::string& name, int64_t num_embeddings, int embedding_dim,
-                  const std::string& embedding_name, const std::string& pooling,
-                  const std::string& fg_encoded_default, bool trainable);
-  void InitDense(const std::string& name, int value_dim, const std::string& fg_encoded_default);
 
  private:
   void ParseSparse(const RecordBatch& batch, const Column& column, SparseValues* out) const;
   void ParseDense(const RecordBatch& batch, const Column& column, DenseValues* out) const;
+  // Appends the ids (and weights) of one encoded value; returns how many.
+  int32_t AppendIds(const RecordBatch& batch, size_t row, std::string_view text,
+                    std::string_view separator, SparseValues* out) const;
+  int32_t AppendFloats(const RecordBatch& batch, size_t row, std::string_view text,
+                       std::string_view separator, DenseValues* out) const;
   [[noreturn]] void FailRow(const RecordBatch& batch, size_t row, const std::string& what) const;
 
   FeatureContext context_;
   std::string name_;
+  std::string type_;
   bool is_sparse_ = false;
+  bool is_sequence_ = false;
+  std::string sequence_delim_;
+  bool weighted_ = false;
   int64_t num_embeddings_ = 0;
   int embedding_dim_ = 0;
   std::string embedding_name_;
@@ -80,17 +84,8 @@ class Feature {
   std::vector<float> default_floats_;
 };
 
-using FeatureFactory =
-    std::function<std::unique_ptr<Feature>(const protos::FeatureConfig&, FeatureContext)>;
-Registry<FeatureFactory>& FeatureRegistry();
-
-struct FeatureRegistration {
-  FeatureRegistration(const std::string& oneof_name, FeatureFactory factory) {
-    FeatureRegistry().Register(oneof_name, std::move(factory));
-  }
-};
-
-// Builds all features of a pipeline config, checking names are unique.
+// Builds all features of a pipeline config (grouped sequences expanded), checking names are
+// unique and every field is supported.
 std::vector<std::unique_ptr<Feature>> CreateFeatures(
     const google::protobuf::RepeatedPtrField<protos::FeatureConfig>& configs,
     const protos::DataConfig& data_config);

@@ -170,10 +170,11 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
   info.is_sparse = SparseByType(type, msg, *info.bucketizer);
   info.num_embeddings = info.bucketizer->num_embeddings();
   if (type == "tokenize_feature") {
-    if (fg_mode != protos::FG_NONE && fg_mode != protos::FG_BUCKETIZE) {
-      auto tokenizer = Tokenizer::Load(Str(msg, "vocab_file"), Str(msg, "tokenizer_type"), where);
-      info.num_embeddings = tokenizer->vocab_size();
-    }
+    // The tokenizer's vocabulary is the table size, in every fg_mode.
+    std::string path = Str(msg, "vocab_file");
+    const std::string asset_dir = Str(msg, "asset_dir");
+    if (!asset_dir.empty() && !path.empty() && path[0] != '/') path = asset_dir + "/" + path;
+    info.num_embeddings = Tokenizer::Load(path, Str(msg, "tokenizer_type"), where)->vocab_size();
   }
   info.value_dim = ValueDim(type, msg, info.is_sequence, info.is_sparse);
   info.weighted = Bool(msg, "weighted");
@@ -204,10 +205,16 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
         info.inputs.push_back(all);
         continue;
       }
+      if (fg_mode == protos::FG_NONE || fg_mode == protos::FG_BUCKETIZE) continue;
       FeatureInput input = ParseInput(text, where + "." + field.field);
       input.raw_text = field.raw;
       info.inputs.push_back(input);
     }
+  }
+  if (fg_mode == protos::FG_NONE || fg_mode == protos::FG_BUCKETIZE) {
+    // The data holds the feature's own column; raw inputs (often omitted then) are not read.
+    info.inputs.clear();
+    return info;
   }
   if (info.inputs.empty()) Fail(where, ": no inputs configured");
   size_t real_inputs = 0;

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <functional>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "tzrec/common/error.h"
@@ -19,6 +21,7 @@
 #include "tzrec/data/dataset.h"
 #include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/features/feature.h"
+#include "tzrec/fg/feature_generator.h"
 #include "tzrec/metrics/auc.h"
 
 namespace tzrec {
@@ -102,11 +105,17 @@ class Generator {
            " not supported yet (gen_data writes CsvDataset and ParquetDataset files)");
     }
     parquet_ = data.dataset_type() == protos::ParquetDataset;
-    if (data.fg_mode() != protos::FG_NONE) {
-      Fail("gen_data: data_config.fg_mode ", protos::FgMode_Name(data.fg_mode()),
-           " not supported yet (gen_data writes FG_NONE data)");
-    }
     features_ = CreateFeatures(config.feature_configs(), data);
+    if (data.fg_mode() == protos::FG_BUCKETIZE) {
+      Fail("gen_data: data_config.fg_mode FG_BUCKETIZE not supported yet (gen_data writes "
+           "FG_NONE data, or raw inputs for FG_NORMAL / FG_DAG)");
+    }
+    if (data.fg_mode() != protos::FG_NONE) {
+      infos_ = fg::DescribeFeatures(config.feature_configs(), data.fg_mode());
+      generator_ = std::make_unique<fg::FeatureGenerator>(infos_, data.fg_mode(),
+                                                          data.fg_encoded_multival_sep());
+      raw_inputs_ = PlanRawInputs(infos_, data.fg_mode());
+    }
     delimiter_ = ParseCsvDelimiter(data.delimiter());
     multival_sep_ = data.fg_encoded_multival_sep();
     labels_.assign(data.label_fields().begin(), data.label_fields().end());
@@ -122,7 +131,11 @@ class Generator {
         Fail("gen_data: the config names no columns; set data_config.with_header: true or ",
              "data_config.input_fields");
       }
-      for (const auto& f : features_) columns_.push_back(f->name());
+      if (generator_) {
+        for (const auto& input : raw_inputs_) columns_.push_back(input.column);
+      } else {
+        for (const auto& f : features_) columns_.push_back(f->name());
+      }
       for (const auto& l : labels_) columns_.push_back(l);
       for (const auto& w : weights_) columns_.push_back(w);
     }
@@ -161,6 +174,12 @@ class Generator {
       int64_t n = std::min(per_file, rows - written);
       if (n <= 0) break;
       char name[32];
+      if (generator_) {
+        std::snprintf(name, sizeof(name), parquet_ ? "part-%05d.parquet" : "part-%05d.csv", file);
+        WriteRaw(JoinPath(dir, name), n, rng, probs, first_labels);
+        written += n;
+        continue;
+      }
       if (parquet_) {
         std::snprintf(name, sizeof(name), "part-%05d.parquet", file);
         WriteParquet(JoinPath(dir, name), n, rng, probs, first_labels);
@@ -342,6 +361,360 @@ class Generator {
     for (const auto& w : weights_) cells[w] = FormatFloat(0.5 + uniform(rng));
     return cells;
   }
+
+  // ---------------------------------------------------------------- raw inputs (FG modes)
+
+  // How one raw column's values are drawn, from the first feature input that reads it.
+  struct RawInput {
+    std::string column;
+    const fg::FeatureInfo* info = nullptr;
+    size_t input_index = 0;  // which of the feature's inputs
+    bool sequence = false;
+  };
+
+  static std::vector<RawInput> PlanRawInputs(const std::vector<fg::FeatureInfo>& infos,
+                                             protos::FgMode mode) {
+    std::vector<RawInput> plan;
+    std::set<std::string> seen;
+    for (const auto& info : infos) {
+      for (size_t k = 0; k < info.inputs.size(); ++k) {
+        const fg::FeatureInput& input = info.inputs[k];
+        if (input.is_all || input.side == fg::Side::kConst) continue;
+        if (input.side == fg::Side::kFeature && mode == protos::FG_DAG) continue;
+        if (!seen.insert(input.column).second) continue;
+        plan.push_back({input.column, &info, k, input.is_sequence});
+      }
+    }
+    return plan;
+  }
+
+  // A categorical token the feature's bucketizer accepts.
+  std::string Token(const fg::FeatureInfo& info, std::mt19937_64& rng, const char* prefix,
+                    int64_t domain) {
+    const fg::Bucketizer& b = *info.bucketizer;
+    if (b.kind() == fg::Bucketizer::Kind::kNumBuckets) {
+      return std::to_string(SampleZipf(rng, b.num_embeddings(), options_.zipf_exponent));
+    }
+    if (b.kind() == fg::Bucketizer::Kind::kVocab && !b.effective_vocab_list().empty()) {
+      // The entries users list (not the reserved default / "<OOV>" slots).
+      std::vector<std::string> list;
+      for (const auto& entry : b.effective_vocab_list()) {
+        if (!entry.empty() && entry != "<OOV>") list.push_back(entry);
+      }
+      if (list.empty()) return "";
+      return list[SampleZipf(rng, static_cast<int64_t>(list.size()), options_.zipf_exponent)];
+    }
+    if (b.kind() == fg::Bucketizer::Kind::kVocab && !b.effective_vocab_dict().empty()) {
+      const auto& dict = b.effective_vocab_dict();
+      return dict[SampleZipf(rng, static_cast<int64_t>(dict.size()), options_.zipf_exponent)].first;
+    }
+    return prefix + std::to_string(SampleZipf(rng, domain, options_.zipf_exponent));
+  }
+
+  std::string Number(const fg::FeatureInfo& info, std::normal_distribution<double>& normal,
+                     std::mt19937_64& rng) {
+    const auto& bounds = info.bucketizer->boundaries();
+    if (!bounds.empty()) {
+      double lo = bounds.front(), hi = bounds.back();
+      double pad = bounds.size() > 1 ? (hi - lo) / static_cast<double>(bounds.size() - 1) : 1.0;
+      return FormatFloat(std::uniform_real_distribution<double>(lo - pad, hi + pad)(rng));
+    }
+    return FormatFloat(normal(rng));
+  }
+
+  // One value (one row, or one sequence step) of a raw input.
+  std::string RawValue(const RawInput& raw, std::mt19937_64& rng) {
+    const fg::FeatureInfo& info = *raw.info;
+    const std::string& sep = info.separator;
+    const std::string& t = info.type;
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    const int64_t domain = std::max<int64_t>(2, std::min<int64_t>(info.num_embeddings * 2, 100000));
+    auto several = [&](int n, const std::function<std::string()>& one) {
+      std::string text;
+      for (int i = 0; i < n; ++i) text += (i ? sep : std::string()) + one();
+      return text;
+    };
+    if (t == "id_feature" || t == "combo_feature") {
+      int n = uniform(rng) < options_.multi_value_fraction ? 2 : 1;
+      return several(n, [&] {
+        std::string token = Token(info, rng, t == "id_feature" ? "v" : "c", t == "id_feature" ? domain : 30);
+        if (info.weighted) token += ":" + FormatFloat(0.5 + uniform(rng));
+        return token;
+      });
+    }
+    if (t == "raw_feature" || t == "expr_feature") {
+      int n = t == "raw_feature" ? std::max(1, info.value_dim) : 1;
+      return several(n, [&] { return Number(info, normal, rng); });
+    }
+    if (t == "lookup_feature") {
+      const int dim = std::max(1, info.value_dim);
+      const bool discrete = info.bucketizer->kind() != fg::Bucketizer::Kind::kNone &&
+                            info.bucketizer->kind() != fg::Bucketizer::Kind::kBoundaries;
+      if (raw.input_index == 1) return several(1 + (uniform(rng) < 0.3), [&] { return "k" + std::to_string(rng() % 20); });
+      return several(1 + rng() % 6, [&] {
+        std::string value;
+        if (discrete) {
+          value = Token(info, rng, "v", domain);
+        } else {
+          for (int d = 0; d < dim; ++d) value += (d ? "," : "") + Number(info, normal, rng);
+        }
+        return "k" + std::to_string(rng() % 20) + ":" + value;
+      });
+    }
+    if (t == "match_feature") {
+      if (raw.input_index == 1) return "p" + std::to_string(rng() % 5);
+      if (raw.input_index == 2) return "s" + std::to_string(rng() % 8);
+      const bool discrete = info.bucketizer->kind() != fg::Bucketizer::Kind::kNone &&
+                            info.bucketizer->kind() != fg::Bucketizer::Kind::kBoundaries;
+      std::string text;
+      for (int p = 0; p < 5; ++p) {
+        if (uniform(rng) < 0.4) continue;
+        if (!text.empty()) text += "|";
+        text += "p" + std::to_string(p) + "^";
+        for (int s = 0, first = 1; s < 8; ++s) {
+          if (uniform(rng) < 0.5) continue;
+          text += (first ? "" : ",") + ("s" + std::to_string(s)) + ":" +
+                  (discrete ? Token(info, rng, "v", domain) : Number(info, normal, rng));
+          first = 0;
+        }
+      }
+      return text;
+    }
+    if (t == "overlap_feature") {
+      return several(1 + rng() % 4, [&] { return "w" + std::to_string(SampleZipf(rng, 30, 1.1)); });
+    }
+    if (t == "kv_dot_product") {
+      return several(1 + rng() % 4, [&] {
+        return "k" + std::to_string(rng() % 12) + ":" + FormatFloat(uniform(rng));
+      });
+    }
+    if (t == "bool_mask_feature") {
+      // Values and mask both hold 3 entries so they line up.
+      if (raw.input_index == 1) return several(3, [&] { return std::string(uniform(rng) < 0.6 ? "true" : "false"); });
+      return several(3, [&] { return Token(info, rng, "v", domain); });
+    }
+    if (t == "combine_feature") {
+      const auto& config = static_cast<const protos::CombineFeature&>(*info.config);
+      if (config.value_map_size() > 0) {
+        std::vector<std::string> keys;
+        for (const auto& kv : config.value_map()) keys.push_back(kv.first);
+        std::sort(keys.begin(), keys.end());
+        return several(1 + rng() % 2, [&] { return keys[rng() % keys.size()]; });
+      }
+      if (info.bucketizer->kind() == fg::Bucketizer::Kind::kNumBuckets) {
+        return std::to_string(rng() % info.bucketizer->num_embeddings());
+      }
+      return Number(info, normal, rng);
+    }
+    if (t == "tokenize_feature") {
+      static const char* kWords[] = {"red", "blue", "shoe", "dress", "phone", "case", "summer",
+                                     "winter", "sale", "new", "women", "men", "kids", "sport"};
+      std::string text;
+      const int n = 2 + static_cast<int>(rng() % 5);
+      for (int i = 0; i < n; ++i) text += (i ? " " : "") + std::string(kWords[rng() % 14]);
+      return text;
+    }
+    return Token(info, rng, "v", domain);
+  }
+
+  // Raw cells of one row; grouped sequences share a step count per row.
+  std::map<std::string, std::string> RawRow(std::mt19937_64& rng) {
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    std::map<std::string, std::string> cells;
+    std::map<std::string, int> steps;  // by sequence name
+    for (const RawInput& raw : raw_inputs_) {
+      if (!raw.sequence) {
+        cells[raw.column] = uniform(rng) < options_.null_fraction ? std::string() : RawValue(raw, rng);
+        continue;
+      }
+      const fg::FeatureInfo& info = *raw.info;
+      auto it = steps.find(info.sequence_name);
+      if (it == steps.end()) {
+        int most = static_cast<int>(std::min<int64_t>(info.sequence_length, 8));
+        it = steps.emplace(info.sequence_name, static_cast<int>(rng() % (most + 1))).first;
+      }
+      std::string text;
+      for (int s = 0; s < it->second; ++s) text += (s ? info.sequence_delim : std::string()) + RawValue(raw, rng);
+      cells[raw.column] = text;
+    }
+    return cells;
+  }
+
+  // Hidden-model logit of row `row` of FG output `parsed` (same model as for FG_NONE data,
+  // over the encoded ids and values, so the signal survives feature generation).
+  double LogitOf(const ParsedBatch& parsed, const std::map<std::string, size_t>& offsets,
+                 int64_t row) {
+    double logit = 0.0;
+    std::vector<std::array<double, kHiddenDim>> vectors;
+    for (const auto& h : hidden_) {
+      const Feature& f = *h.feature;
+      if (f.is_sparse()) {
+        const SparseValues& sv = parsed.sparse.at(f.name());
+        size_t begin = offsets.at(f.name() + "#" + std::to_string(row));
+        size_t end = offsets.at(f.name() + "#" + std::to_string(row + 1));
+        std::array<double, kHiddenDim> pooled{};
+        const double n = static_cast<double>(end - begin);
+        for (size_t i = begin; i < end; ++i) {
+          const double scale = f.pooling() == "mean" || f.is_sequence() ? 1.0 / n : 1.0;
+          logit += h.Weight(sv.values[i]) * scale;
+          for (int k = 0; k < kHiddenDim; ++k) pooled[k] += h.VectorEntry(sv.values[i], k) * scale;
+        }
+        vectors.push_back(pooled);
+      } else {
+        const DenseValues& dv = parsed.dense.at(f.name());
+        size_t begin = offsets.at(f.name() + "#" + std::to_string(row));
+        size_t end = offsets.at(f.name() + "#" + std::to_string(row + 1));
+        for (size_t i = begin; i < end; ++i) {
+          double x = dv.values[i];
+          double w = HashedNormal(h.key + 17 * ((i - begin) % dv.dim));
+          logit += h.first_order_scale * w * std::tanh(x) / std::max<double>(1.0, (end - begin) / dv.dim);
+        }
+      }
+    }
+    for (size_t a = 0; a < vectors.size(); ++a) {
+      for (size_t b = a + 1; b < vectors.size(); ++b) {
+        double dot = 0.0;
+        for (int k = 0; k < kHiddenDim; ++k) dot += vectors[a][k] * vectors[b][k];
+        logit += dot;
+      }
+    }
+    return logit;
+  }
+
+  // Value offsets of every row of every feature in `parsed` ("name#row" -> first value).
+  std::map<std::string, size_t> RowOffsets(const ParsedBatch& parsed, int64_t rows) {
+    std::map<std::string, size_t> offsets;
+    for (const auto& kv : parsed.sparse) {
+      const SparseValues& sv = kv.second;
+      size_t value = 0, step = 0;
+      for (int64_t r = 0; r <= rows; ++r) {
+        offsets[kv.first + "#" + std::to_string(r)] = value;
+        if (r == rows) break;
+        if (sv.key_lengths.empty()) {
+          value += sv.lengths[r];
+        } else {
+          for (int32_t s = 0; s < sv.lengths[r]; ++s) value += sv.key_lengths[step++];
+        }
+      }
+    }
+    for (const auto& kv : parsed.dense) {
+      const DenseValues& dv = kv.second;
+      size_t value = 0;
+      for (int64_t r = 0; r <= rows; ++r) {
+        offsets[kv.first + "#" + std::to_string(r)] = value;
+        if (r == rows) break;
+        value += static_cast<size_t>(dv.dim) * (dv.lengths.empty() ? 1 : dv.lengths[r]);
+      }
+    }
+    return offsets;
+  }
+
+  // Raw rows for FG_NORMAL / FG_DAG configs: inputs drawn per feature type, run through the
+  // same feature generation training uses, labels from the hidden model over its output.
+  void WriteRaw(const std::string& path, int64_t rows, std::mt19937_64& rng,
+                std::vector<float>* probs, std::vector<float>* first_labels) {
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    std::string content;
+    if (!parquet_ && write_header_) content += Join(columns_, std::string(1, delimiter_)) + "\n";
+    std::vector<ParquetFieldSpec> specs;
+    std::vector<ParquetColumn> columns;
+    std::unique_ptr<ParquetFileWriter> writer;
+    if (parquet_) {
+      for (const auto& name : columns_) {
+        bool is_label = std::find(labels_.begin(), labels_.end(), name) != labels_.end();
+        bool is_weight = std::find(weights_.begin(), weights_.end(), name) != weights_.end();
+        ParquetType type = is_label ? ParquetType::kInt64 : is_weight ? ParquetType::kDouble : ParquetType::kString;
+        specs.push_back(ParquetFieldSpec::Plain(name, type));
+        ParquetColumn column;
+        column.name = column.values.name = name;
+        column.values.type = ColumnTypeFor(type);
+        columns.push_back(std::move(column));
+      }
+      ParquetWriteOptions write_options;
+      write_options.codec = ParquetCodec::kSnappy;
+      writer = std::make_unique<ParquetFileWriter>(path, specs, write_options);
+    }
+    const int64_t chunk = 4096;
+    for (int64_t start = 0; start < rows; start += chunk) {
+      const int64_t n = std::min(chunk, rows - start);
+      std::vector<std::map<std::string, std::string>> cells(n);
+      RecordBatch batch;
+      batch.source = path;
+      for (const RawInput& raw : raw_inputs_) {
+        Column column;
+        column.name = raw.column;
+        batch.columns.push_back(std::move(column));
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        cells[r] = RawRow(rng);
+        batch.line_numbers.push_back(start + r + 1);
+        for (auto& column : batch.columns) {
+          const std::string& text = cells[r][column.name];
+          column.AppendString(text, !text.empty());
+        }
+      }
+      ParsedBatch parsed;
+      generator_->Generate(batch, &parsed);
+      auto offsets = RowOffsets(parsed, n);
+      for (int64_t r = 0; r < n; ++r) {
+        double logit = LogitOf(parsed, offsets, r);
+        for (size_t l = 0; l < labels_.size(); ++l) {
+          double p = 1.0 / (1.0 + std::exp(-(logit - 1.0 - 0.5 * l)));
+          int label = uniform(rng) < p ? 1 : 0;
+          cells[r][labels_[l]] = std::to_string(label);
+          if (l == 0) {
+            probs->push_back(static_cast<float>(p));
+            first_labels->push_back(static_cast<float>(label));
+          }
+        }
+        for (const auto& w : weights_) cells[r][w] = FormatFloat(0.5 + uniform(rng));
+        if (!parquet_) {
+          for (size_t c = 0; c < columns_.size(); ++c) {
+            if (c) content += delimiter_;
+            content += Quote(cells[r][columns_[c]], delimiter_);
+          }
+          content += "\n";
+          continue;
+        }
+        for (auto& column : columns) {
+          const std::string& text = cells[r][column.name];
+          Column& values = column.values;
+          if (values.type == ColumnType::kString) {
+            values.AppendString(text, !text.empty());
+          } else if (values.type == ColumnType::kInt64) {
+            int64_t v = 0;
+            ParseInt64(text, &v);
+            values.ints.push_back(v);
+            values.valid.push_back(1);
+          } else {
+            double v = 0;
+            ParseDouble(text, &v);
+            values.doubles.push_back(v);
+            values.valid.push_back(1);
+          }
+        }
+      }
+      if (parquet_) {
+        writer->Write(columns);
+        for (auto& column : columns) {
+          ParquetColumn fresh;
+          fresh.name = fresh.values.name = column.name;
+          fresh.values.type = column.values.type;
+          column = std::move(fresh);
+        }
+      }
+    }
+    if (parquet_) {
+      writer->Close();
+    } else {
+      WriteFileAtomic(path, content);
+    }
+  }
+
+  std::vector<fg::FeatureInfo> infos_;
+  std::unique_ptr<fg::FeatureGenerator> generator_;
+  std::vector<RawInput> raw_inputs_;
 
   const protos::EasyRecConfig& config_;
   GenDataOptions options_;

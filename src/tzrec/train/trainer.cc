@@ -59,6 +59,8 @@ class StepTimer {
 // Everything built from a config: features, model and optimizers.
 struct Pipeline {
   std::vector<std::unique_ptr<Feature>> features;
+  // Raw columns -> features when fg_mode is not FG_NONE.
+  std::shared_ptr<const fg::FeatureGenerator> generator;
   std::shared_ptr<Model> model;
   std::unique_ptr<SparseOptimizer> sparse_optimizer;
   std::unique_ptr<torch::optim::Optimizer> dense_optimizer;
@@ -72,6 +74,17 @@ struct Pipeline {
     return {model.get(), sparse_optimizer.get(), dense_optimizer.get()};
   }
 };
+
+// Features of the config and, for fg_mode other than FG_NONE, the generator that makes them.
+void BuildFeatures(const protos::EasyRecConfig& config, Pipeline* p) {
+  p->features = CreateFeatures(config.feature_configs(), config.data_config());
+  const auto& data = config.data_config();
+  if (data.fg_mode() != protos::FG_NONE) {
+    p->generator = std::make_shared<fg::FeatureGenerator>(
+        fg::DescribeFeatures(config.feature_configs(), data.fg_mode()), data.fg_mode(),
+        data.fg_encoded_multival_sep());
+  }
+}
 
 // Builds model and optimizers for already created features.
 void BuildModel(const protos::EasyRecConfig& config, bool with_optimizers, Pipeline* p) {
@@ -176,13 +189,14 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
 
   // Data before model: bad data settings fail before any table is allocated.
   Pipeline pipeline;
-  pipeline.features = CreateFeatures(config.feature_configs(), config.data_config());
+  BuildFeatures(config, &pipeline);
   Dataset train_data(config.data_config(), pipeline.FeaturePointers(), config.train_input_path(),
-                     DatasetMode::kTrain, data_seed);
+                     DatasetMode::kTrain, data_seed, pipeline.generator);
   std::unique_ptr<Dataset> eval_data;
   if (!config.eval_input_path().empty()) {
     eval_data = std::make_unique<Dataset>(config.data_config(), pipeline.FeaturePointers(),
-                                          config.eval_input_path(), DatasetMode::kEval, data_seed);
+                                          config.eval_input_path(), DatasetMode::kEval, data_seed,
+                                          pipeline.generator);
   }
   BuildModel(config, /*with_optimizers=*/true, &pipeline);
 
@@ -350,9 +364,9 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   auto ckpt = LatestCheckpoint(ckpt_source);
   if (!ckpt) Fail("no checkpoint found at '", ckpt_source, "'");
   Pipeline pipeline;
-  pipeline.features = CreateFeatures(config.feature_configs(), config.data_config());
+  BuildFeatures(config, &pipeline);
   Dataset eval_data(config.data_config(), pipeline.FeaturePointers(), config.eval_input_path(),
-                    DatasetMode::kEval, DataSeed());
+                    DatasetMode::kEval, DataSeed(), pipeline.generator);
   BuildModel(config, /*with_optimizers=*/false, &pipeline);
   RestoreOptions restore;
   restore.restore_optimizer = false;
