@@ -11,54 +11,13 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/fg/custom_op.h"
 #include "tzrec/fg/expression.h"
+#include "tzrec/fg/feature_op.h"
 #include "tzrec/fg/normalizer.h"
 #include "tzrec/fg/tokenizer.h"
 
 namespace tzrec::fg {
-
-// ------------------------------------------------------------------ values flowing per row
-
-// One input's values for one row (or one sequence step).
-struct InputItems {
-  bool missing = true;
-  std::string_view text;                // whole value (raw_text inputs)
-  std::vector<std::string_view> items;  // split values
-  std::string scratch;                  // text of a numeric cell
-  void Reset() {
-    missing = true;
-    text = {};
-    items.clear();
-  }
-};
-
-// What an op yields for one row/step, before default_value and bucketizing.
-struct OpValues {
-  enum class Kind { kTexts, kNumbers, kIds };
-  Kind kind = Kind::kTexts;
-  std::vector<std::string> texts;
-  std::vector<double> numbers;
-  std::vector<int64_t> ids;
-  std::vector<float> weights;  // weighted id features
-  bool empty() const { return texts.empty() && numbers.empty() && ids.empty(); }
-  void Clear() {
-    texts.clear();
-    numbers.clear();
-    ids.clear();
-    weights.clear();
-  }
-};
-
-class FeatureOp {
- public:
-  virtual ~FeatureOp() = default;
-  // Fills `out` (already cleared) from the inputs (in FeatureInfo::inputs order). Returns
-  // false with `error` set for bad input values.
-  virtual bool Compute(const std::vector<InputItems>& inputs, OpValues* out,
-                       std::string* error) const = 0;
-  // Kind of values this op yields (the default value is parsed accordingly).
-  virtual OpValues::Kind kind() const = 0;
-};
 
 namespace {
 
@@ -665,6 +624,7 @@ std::unique_ptr<FeatureOp> CreateOp(const FeatureInfo& info) {
   if (t == "bool_mask_feature") return std::make_unique<BoolMaskOp>();
   if (t == "combine_feature") return std::make_unique<CombineOp>(info, where);
   if (t == "tokenize_feature") return std::make_unique<TokenizeOp>(info, where);
+  if (t == "custom_feature") return CreateCustomOp(info);
   Fail(where, ": feature generation for ", t, " is not supported yet");
 }
 

@@ -1,0 +1,55 @@
+// The per-row interface between feature generation and one feature type's operator (no
+// LibTorch). FeatureGenerator (feature_generator.h) reads each input's values for a row (or a
+// sequence step) into InputItems, calls the feature's FeatureOp, then applies default_value
+// and the bucketizer to what the op yields. Ops are immutable; Compute must be thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tzrec::fg {
+
+// One input's values for one row (or one sequence step).
+struct InputItems {
+  bool missing = true;
+  std::string_view text;                // whole value (raw_text inputs)
+  std::vector<std::string_view> items;  // split values
+  std::string scratch;                  // text of a numeric cell
+  void Reset() {
+    missing = true;
+    text = {};
+    items.clear();
+  }
+};
+
+// What an op yields for one row/step, before default_value and bucketizing.
+struct OpValues {
+  enum class Kind { kTexts, kNumbers, kIds };
+  Kind kind = Kind::kTexts;
+  std::vector<std::string> texts;
+  std::vector<double> numbers;
+  std::vector<int64_t> ids;
+  std::vector<float> weights;  // weighted id features
+  bool empty() const { return texts.empty() && numbers.empty() && ids.empty(); }
+  void Clear() {
+    texts.clear();
+    numbers.clear();
+    ids.clear();
+    weights.clear();
+  }
+};
+
+class FeatureOp {
+ public:
+  virtual ~FeatureOp() = default;
+  // Fills `out` (already cleared) from the inputs (in FeatureInfo::inputs order). Returns
+  // false with `error` set for bad input values.
+  virtual bool Compute(const std::vector<InputItems>& inputs, OpValues* out,
+                       std::string* error) const = 0;
+  // Kind of values this op yields (the default value is parsed accordingly).
+  virtual OpValues::Kind kind() const = 0;
+};
+
+}  // namespace tzrec::fg
