@@ -428,3 +428,48 @@ TEST(FgBucketize, OnlyTheBucketizerRuns) {
 
 }  // namespace
 }  // namespace tzrec::fg
+
+namespace tzrec::fg {
+namespace {
+
+// fg_threads > 1 splits rows over threads; the output must equal the one-thread output,
+// also for DAG features that read another feature's output.
+TEST(FgThreads, SplitRowsGiveTheSameOutput) {
+  const std::string config =
+      "feature_configs { id_feature { feature_name: 'bucket' expression: 'feature:age' embedding_dim: 4 "
+      "num_buckets: 10 } } "
+      "feature_configs { raw_feature { feature_name: 'age' expression: 'user:age' "
+      "boundaries: [10, 20, 30] embedding_dim: 4 } } "
+      "feature_configs { id_feature { feature_name: 'tag' expression: 'item:tag' embedding_dim: 4 "
+      "hash_bucket_size: 1000 } }";
+  Cells ages, tags;
+  for (int i = 0; i < 3000; ++i) {
+    ages.push_back(i % 7 == 0 ? std::optional<std::string>() : std::to_string(i % 45));
+    tags.push_back("t" + std::to_string(i) + "\x1d" "u" + std::to_string(i % 13));
+  }
+  auto batch = testing::Batch({testing::TextColumn("age", ages), testing::TextColumn("tag", tags)});
+  auto cfg = testing::Config(config);
+  FeatureGenerator one(DescribeFeatures(cfg.feature_configs(), protos::FG_DAG), protos::FG_DAG);
+  FeatureGenerator four(DescribeFeatures(cfg.feature_configs(), protos::FG_DAG), protos::FG_DAG, "\x03", 4);
+  ParsedBatch a, b;
+  one.Generate(batch, &a);
+  four.Generate(batch, &b);
+  for (const char* name : {"bucket", "age", "tag"}) {
+    EXPECT_EQ(a.sparse.at(name).values, b.sparse.at(name).values) << name;
+    EXPECT_EQ(a.sparse.at(name).lengths, b.sparse.at(name).lengths) << name;
+  }
+  // An error in a later part still names its row.
+  tags[2500] = std::nullopt;
+  ages[2999] = "x";
+  auto bad = testing::Batch({testing::TextColumn("age", ages), testing::TextColumn("tag", tags)});
+  ParsedBatch c;
+  try {
+    four.Generate(bad, &c);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("test.csv:3001"));
+  }
+}
+
+}  // namespace
+}  // namespace tzrec::fg

@@ -105,7 +105,8 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
     b.vocab_dict_entries_ = entries;
     b.num_embeddings_ = std::max(max_id, has_dbv ? dbv : 1) + 1;
     b.oov_id_ = dbv;
-  } else if (!GetString(feature, "vocab_file").empty()) {
+  } else if (!GetString(feature, "vocab_file").empty() &&
+             feature.GetDescriptor()->name() != "TokenizeFeature") {  // that one is the tokenizer
     b.kind_ = Kind::kVocab;
     if (!has_dbv) Fail(where, ".vocab_file needs default_bucketize_value");
     std::string path = GetString(feature, "vocab_file");

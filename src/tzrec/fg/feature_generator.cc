@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <exception>
 #include <functional>
+#include <thread>
 #include <map>
 #include <unordered_map>
 
@@ -512,7 +514,8 @@ class BoolMaskOp : public FeatureOp {
  public:
   OpValues::Kind kind() const override { return OpValues::Kind::kTexts; }
   bool Compute(const std::vector<InputItems>& in, OpValues* out, std::string* error) const override {
-    if (in[0].missing) return true;
+    // No values, or no mask (nothing is selected): the default applies.
+    if (in[0].missing || in[1].missing) return true;
     if (in[0].items.size() != in[1].items.size()) {
       *error = StrCat(in[0].items.size(), " values but ", in[1].items.size(), " mask entries");
       return false;
@@ -906,8 +909,8 @@ class OutputWriter {
 FeatureGenerator::~FeatureGenerator() = default;
 
 FeatureGenerator::FeatureGenerator(std::vector<FeatureInfo> features, protos::FgMode fg_mode,
-                                   std::string encoded_multival_sep)
-    : fg_mode_(fg_mode), encoded_sep_(std::move(encoded_multival_sep)) {
+                                   std::string encoded_multival_sep, int threads)
+    : fg_mode_(fg_mode), encoded_sep_(std::move(encoded_multival_sep)), threads_(std::max(1, threads)) {
   TZREC_CHECK(fg_mode != protos::FG_NONE, "FG_NONE data needs no feature generation");
   // Dependency order for FG_DAG: a feature comes after the features its `feature:` inputs name.
   std::map<std::string, size_t> by_name;
@@ -964,6 +967,41 @@ FeatureGenerator::FeatureGenerator(std::vector<FeatureInfo> features, protos::Fg
 
 void FeatureGenerator::Generate(const RecordBatch& batch, ParsedBatch* out) const {
   const size_t rows = batch.num_rows();
+  // Below a few hundred rows per thread, starting threads costs more than it saves.
+  const size_t threads = std::min<size_t>(threads_, rows / 256);
+  if (threads <= 1) {
+    GenerateRows(batch, 0, rows, out);
+    return;
+  }
+  std::vector<ParsedBatch> parts(threads);
+  std::vector<std::exception_ptr> errors(threads);
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      try {
+        GenerateRows(batch, rows * t / threads, rows * (t + 1) / threads, &parts[t]);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  for (const auto& error : errors) {
+    if (error) std::rethrow_exception(error);  // the first part's error: the earliest row
+  }
+  for (auto& part : parts) {
+    for (auto& kv : part.sparse) out->sparse[kv.first].Append(kv.second);
+    for (auto& kv : part.dense) {
+      DenseValues& dense = out->dense[kv.first];
+      dense.dim = kv.second.dim;
+      dense.Append(kv.second);
+    }
+  }
+}
+
+void FeatureGenerator::GenerateRows(const RecordBatch& batch, size_t row_begin, size_t row_end,
+                                    ParsedBatch* out) const {
+  const size_t rows = batch.num_rows();
   // Text form of produced outputs that later features read (FG_DAG).
   std::vector<Column> produced(features_.size());
   std::vector<InputItems> items;
@@ -1001,7 +1039,7 @@ void FeatureGenerator::Generate(const RecordBatch& batch, ParsedBatch* out) cons
         Fail(batch.source, ": column '", input.column, "' for feature '", info.name, "' (",
              info.config_path, ") is missing");
       }
-      if (source.column->size() != rows) {
+      if (producer < 0 && source.column->size() != rows) {
         if (source.column->size() == 1) {
           source.broadcast = true;
         } else {
@@ -1044,7 +1082,11 @@ void FeatureGenerator::Generate(const RecordBatch& batch, ParsedBatch* out) cons
         for (std::string_view item : items[0].items) values.texts.emplace_back(item);
       }
     };
-    for (size_t row = 0; row < rows; ++row) {
+    // Produced columns (FG_DAG) are indexed by batch row: pad the rows before this range.
+    if (produced_column) {
+      for (size_t row = 0; row < row_begin; ++row) produced_column->AppendString("", false);
+    }
+    for (size_t row = row_begin; row < row_end; ++row) {
       produced_cell.clear();
       std::string* cell = produced_column ? &produced_cell : nullptr;
       if (!info.is_sequence) {

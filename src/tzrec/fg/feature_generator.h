@@ -33,8 +33,9 @@ class FeatureOp;
 class FeatureGenerator {
  public:
   // `features` as DescribeFeatures returns them for the same fg_mode (not FG_NONE).
+  // `threads` > 1 (data_config.fg_threads) splits each batch's rows over that many threads.
   FeatureGenerator(std::vector<FeatureInfo> features, protos::FgMode fg_mode,
-                   std::string encoded_multival_sep = "\x03");
+                   std::string encoded_multival_sep = "\x03", int threads = 1);
   ~FeatureGenerator();
 
   // Raw data columns the features read (each once, in first-use order).
@@ -47,6 +48,9 @@ class FeatureGenerator {
   void Generate(const RecordBatch& batch, ParsedBatch* out) const;
 
  private:
+  // Rows [begin, end) of `batch` (a one-row column still broadcasts over the whole batch).
+  void GenerateRows(const RecordBatch& batch, size_t begin, size_t end, ParsedBatch* out) const;
+
   std::vector<FeatureInfo> features_;
   std::vector<std::unique_ptr<FeatureOp>> ops_;
   // Per feature and input: index of the producing feature (FG_DAG `feature:` inputs) or -1.
@@ -55,6 +59,7 @@ class FeatureGenerator {
   protos::FgMode fg_mode_;
   std::string encoded_sep_;
   std::vector<std::string> input_columns_;
+  int threads_ = 1;
 };
 
 }  // namespace tzrec::fg

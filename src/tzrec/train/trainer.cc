@@ -82,7 +82,7 @@ void BuildFeatures(const protos::EasyRecConfig& config, Pipeline* p) {
   if (data.fg_mode() != protos::FG_NONE) {
     p->generator = std::make_shared<fg::FeatureGenerator>(
         fg::DescribeFeatures(config.feature_configs(), data.fg_mode()), data.fg_mode(),
-        data.fg_encoded_multival_sep());
+        data.fg_encoded_multival_sep(), static_cast<int>(data.fg_threads()));
   }
 }
 
