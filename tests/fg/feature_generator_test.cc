@@ -182,6 +182,16 @@ TEST(FgLookupFeature, CombinersBucketizersAndVectors) {
               {1, 2, 0, 0, 0, 0, 0, 0});
   auto bad = Batch({TextColumn("kv_cate", {"ca:abc"}), TextColumn("cate", {"ca"})});
   EXPECT_THROW(Generate(LookupConfig(""), bad), Error);
+  // Bad map syntax names the entry, the row and the feature.
+  auto syntax = Batch({TextColumn("kv_cate", {"ca:1", "ca1\x1d" "cb:2"}), TextColumn("cate", {"ca", "cb"})});
+  try {
+    Generate(LookupConfig("embedding_dim: 4 hash_bucket_size: 10"), syntax);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("test.csv:3"));
+    EXPECT_THAT(e.what(), HasSubstr("map entry 'ca1' is not key:value"));
+    EXPECT_THAT(e.what(), HasSubstr("feature 'lookup'"));
+  }
 }
 
 TEST(FgMatchFeature, NestedMapHits) {

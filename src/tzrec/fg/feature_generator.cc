@@ -212,6 +212,10 @@ class LookupOp : public FeatureOp {
     for (std::string_view key : keys.items) {
       for (std::string_view entry : map.items) {
         std::string_view k, v;
+        if (entry.find(':') == std::string_view::npos) {
+          *error = StrCat("map entry '", Printable(entry), "' is not key:value");
+          return false;
+        }
         SplitKeyValue(entry, ":", &k, &v);
         if (k != key) continue;
         if (discrete_) {
