@@ -6,6 +6,7 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/flags.h"
+#include "tzrec/tools/create_fg_json.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/trainer.h"
 
@@ -66,6 +67,7 @@ const std::map<std::string, Command>& Commands() {
       {"train_eval", {TrainEvalMain, "train a model, evaluating after each checkpoint"}},
       {"eval", {EvalMain, "evaluate a checkpoint"}},
       {"gen_data", {GenDataMain, "write mock data with a planted signal for a config"}},
+      {"create_fg_json", {CreateFgJsonMain, "write fg.json (and its asset files) for a config"}},
   };
   return commands;
 }
@@ -76,7 +78,7 @@ std::string CommandsHelp() {
   std::string text = "usage: tzrec <command> [flags]   (tzrec <command> --help for flags)\n\ncommands:\n";
   for (const auto& kv : Commands()) {
     std::string name = "  " + kv.first;
-    name.resize(16, ' ');
+    name.resize(18, ' ');
     text += name + kv.second.summary + "\n";
   }
   return text;
