@@ -7,6 +7,8 @@
 #include "tzrec/common/error.h"
 #include "tzrec/common/flags.h"
 #include "tzrec/tools/create_fg_json.h"
+#include "tzrec/dist/dist_check.h"
+#include "tzrec/tools/launch.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/trainer.h"
 
@@ -68,6 +70,8 @@ const std::map<std::string, Command>& Commands() {
       {"eval", {EvalMain, "evaluate a checkpoint"}},
       {"gen_data", {GenDataMain, "write mock data with a planted signal for a config"}},
       {"create_fg_json", {CreateFgJsonMain, "write fg.json (and its asset files) for a config"}},
+      {"launch", {LaunchMain, "run a command as the local ranks of a distributed job (torchrun)"}},
+      {"dist_check", {DistCheckMain, "check the process group's collectives across ranks"}},
   };
   return commands;
 }

@@ -61,6 +61,18 @@ void DataloaderState::Consume(const RowPositions& positions) {
   }
 }
 
+void DataloaderState::Merge(const DataloaderState& other) {
+  for (const auto& kv : other.consumed_) {
+    auto [it, inserted] = consumed_.emplace(kv.first, kv.second);
+    if (!inserted) it->second = std::max(it->second, kv.second);
+  }
+  epochs_completed_ = std::max(epochs_completed_, other.epochs_completed_);
+  if (next_reader_ != other.next_reader_ || readers_ != other.readers_) {
+    next_reader_ = -1;
+    readers_ = 0;
+  }
+}
+
 void DataloaderState::FinishEpoch() {
   consumed_.clear();
   ++epochs_completed_;

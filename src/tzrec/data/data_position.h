@@ -46,6 +46,9 @@ class DataloaderState {
   void Consume(const RowPositions& positions);
   // An epoch finished: positions restart, the completed-epoch count grows.
   void FinishEpoch();
+  // Another rank's state of the same epoch: positions max-merged (ranks read disjoint rows).
+  // The reader round-robin position is per process, so it is dropped when they differ.
+  void Merge(const DataloaderState& other);
 
   const std::map<std::string, int64_t>& consumed() const { return consumed_; }
   int64_t epochs_completed() const { return epochs_completed_; }

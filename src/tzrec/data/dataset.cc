@@ -88,8 +88,10 @@ void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options
 
 Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Feature*> features,
                  const std::string& input_path, DatasetMode mode, uint64_t seed,
-                 std::shared_ptr<const fg::FeatureGenerator> generator)
+                 std::shared_ptr<const fg::FeatureGenerator> generator, int rank, int world_size)
     : features_(std::move(features)), generator_(std::move(generator)) {
+  options_.rank = rank;
+  options_.world_size = world_size;
   if (data_config.dataset_type() != protos::CsvDataset &&
       data_config.dataset_type() != protos::ParquetDataset) {
     Fail("data_config.dataset_type: ", protos::DatasetType_Name(data_config.dataset_type()),
@@ -122,12 +124,21 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
                                data_config.label_fields().end());
   options_.sample_weight_fields.assign(data_config.sample_weight_fields().begin(),
                                        data_config.sample_weight_fields().end());
-  if (options_.format == DataFormat::kCsv &&
-      static_cast<size_t>(options_.num_workers) > options_.files.size()) {
-    // Whole files are the unit of work, as in TorchEasyRec's CSV reader.
-    LOG_INFO << "num_workers reduced from " << options_.num_workers << " to "
-             << options_.files.size() << " (one reader per file)";
-    options_.num_workers = static_cast<int>(options_.files.size());
+  if (options_.format == DataFormat::kCsv) {
+    // Whole files are the unit of work, as in TorchEasyRec's CSV reader: file i goes to
+    // global reader i % (world_size * num_workers).
+    const size_t files = options_.files.size();
+    if (files < static_cast<size_t>(world_size) && mode == DatasetMode::kTrain) {
+      Fail("input path '", input_path, "' has ", files, " CSV files but the job has ", world_size,
+           " ranks; CSV data is split by whole files, so it needs at least one file per rank");
+    }
+    // Evaluation may leave ranks without a file: their metrics simply add nothing.
+    const size_t per_rank = std::max<size_t>(1, files / static_cast<size_t>(world_size));
+    if (static_cast<size_t>(options_.num_workers) > per_rank) {
+      LOG_INFO << "num_workers reduced from " << options_.num_workers << " to " << per_rank
+               << " (one reader per file)";
+      options_.num_workers = static_cast<int>(per_rank);
+    }
   }
   std::set<std::string> wanted;
   auto want = [&](const std::string& name) {
@@ -187,9 +198,12 @@ BatchStream::BatchStream(const Dataset* dataset, int64_t epoch, const Dataloader
       std::mt19937_64 rng(options.seed * 1000003ULL + static_cast<uint64_t>(epoch_));
       std::shuffle(files.begin(), files.end(), rng);
     }
+    const size_t readers = static_cast<size_t>(options.world_size) * workers;
     for (int w = 0; w < workers; ++w) {
       std::vector<std::string> mine;
-      for (size_t i = w; i < files.size(); i += workers) mine.push_back(files[i]);
+      for (size_t i = static_cast<size_t>(options.rank) * workers + w; i < files.size(); i += readers) {
+        mine.push_back(files[i]);
+      }
       sources.push_back(MakeCsvRowSource(std::move(mine), options.csv, resume));
     }
   } else {

@@ -69,7 +69,8 @@ class Dataset {
   // data_config.fg_mode is not FG_NONE (required then; see fg/feature_generator.h).
   Dataset(const protos::DataConfig& data_config, std::vector<const Feature*> features,
           const std::string& input_path, DatasetMode mode, uint64_t seed,
-          std::shared_ptr<const fg::FeatureGenerator> generator = nullptr);
+          std::shared_ptr<const fg::FeatureGenerator> generator = nullptr, int rank = 0,
+          int world_size = 1);
   Dataset(DatasetOptions options, std::vector<const Feature*> features);
 
   // Starts one pass over the data; `epoch` varies the shuffle. With `resume`, rows the state

@@ -1,5 +1,7 @@
 #include "tzrec/embedding/fused_lookup.h"
 
+#include <unordered_map>
+
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -76,6 +78,61 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   });
 }
 
+SparseGradientExchange& ExchangeHook() {
+  static SparseGradientExchange hook;
+  return hook;
+}
+
+// Data-parallel backward: this rank's summed gradient per touched row (in first-touch order,
+// so every rank merges identically), merged over ranks by the exchange hook, then the ordinary
+// update applied to the merged rows as one single-id bag per row.
+void ExchangedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                             int64_t bags, const float* grad, int64_t iteration) {
+  const int dim = storage->dim();
+  const int64_t width = static_cast<int64_t>(lookups.size()) * dim;
+  std::unordered_map<int64_t, int64_t> slot_of;
+  std::vector<int64_t> rows;
+  std::vector<float> sums;
+  for (size_t k = 0; k < lookups.size(); ++k) {
+    const LookupArgs& l = lookups[k];
+    if (!l.trainable) continue;
+    for (int64_t b = 0; b < bags; ++b) {
+      const int64_t begin = l.offsets[b], end = l.offsets[b + 1];
+      const float scale = l.mean && end > begin ? 1.0f / static_cast<float>(end - begin) : 1.0f;
+      const float* g = grad + b * width + static_cast<int64_t>(k) * dim;
+      for (int64_t i = begin; i < end; ++i) {
+        auto inserted = slot_of.emplace(l.first_row + l.values[i], static_cast<int64_t>(rows.size()));
+        if (inserted.second) {
+          rows.push_back(inserted.first->first);
+          sums.resize(sums.size() + dim, 0.0f);
+        }
+        float* s = sums.data() + inserted.first->second * dim;
+        for (int d = 0; d < dim; ++d) s[d] += g[d] * scale;
+      }
+    }
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  at::Tensor row_tensor = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor grad_tensor = at::empty({n, dim}, at::TensorOptions().dtype(at::kFloat));
+  std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
+  std::copy(sums.begin(), sums.end(), grad_tensor.data_ptr<float>());
+  ExchangeHook()(&row_tensor, &grad_tensor);
+  const int64_t merged = row_tensor.numel();
+  if (merged == 0) return;
+  row_tensor = row_tensor.contiguous();
+  grad_tensor = grad_tensor.contiguous();
+  std::vector<int64_t> offsets(merged + 1);
+  for (int64_t i = 0; i <= merged; ++i) offsets[i] = i;
+  LookupArgs all;
+  all.values = row_tensor.data_ptr<int64_t>();
+  all.offsets = offsets.data();
+  all.first_row = 0;
+  all.table_rows = storage->total_rows();
+  all.mean = false;
+  all.trainable = true;
+  SelectedKernels().backward_update(storage, {all}, merged, grad_tensor.data_ptr<float>(), iteration);
+}
+
 struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFunction> {
   // `anchor` requires grad so autograd records this node; the storage is not a variable.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
@@ -132,8 +189,13 @@ torch::autograd::variable_list StorageLookupFunction::backward(
   auto meta = ctx->saved_data["meta"].toIntVector();
   const int64_t bags = ctx->saved_data["bags"].toInt();
   at::Tensor grad = grads[0].contiguous();
-  SelectedKernels().backward_update(storage, MakeArgs(values, offsets, meta), bags,
-                                    grad.data_ptr<float>(), storage->optimizer().step() + 1);
+  if (ExchangeHook()) {
+    ExchangedBackwardUpdate(storage, MakeArgs(values, offsets, meta), bags, grad.data_ptr<float>(),
+                            storage->optimizer().step() + 1);
+  } else {
+    SelectedKernels().backward_update(storage, MakeArgs(values, offsets, meta), bags,
+                                      grad.data_ptr<float>(), storage->optimizer().step() + 1);
+  }
   return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
@@ -144,6 +206,10 @@ at::Tensor Anchor() {
 }
 
 }  // namespace
+
+void SetSparseGradientExchange(SparseGradientExchange exchange) {
+  ExchangeHook() = std::move(exchange);
+}
 
 const PooledLookupKernels& FusedKernels() {
   static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate};

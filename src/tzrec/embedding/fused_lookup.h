@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <vector>
 
 #include "tzrec/embedding/embedding_storage.h"
@@ -40,6 +41,14 @@ struct LookupTensors {
   const EmbeddingTable* table;
   bool mean;
 };
+
+// Data-parallel training across processes: called in every backward of every storage, on
+// every rank in the same order, with this rank's touched rows (global row in the storage,
+// int64 [n]) and their summed gradients (float [n, dim]); must replace both with the union
+// over all ranks (gradients summed), identical on every rank. The optimizer then applies the
+// merged gradients, so all ranks keep identical tables. Unset (the default): one process.
+using SparseGradientExchange = std::function<void(at::Tensor* rows, at::Tensor* grads)>;
+void SetSparseGradientExchange(SparseGradientExchange exchange);
 
 // Returns [bags, L*dim]. With `training`, records an autograd node whose backward updates the
 // storage with its optimizer; otherwise a plain forward.

@@ -92,4 +92,14 @@ double ExactAuc(const std::vector<float>& probs, const std::vector<float>& label
   return u / (static_cast<double>(positives) * negatives);
 }
 
+void BinnedAuc::AppendState(std::vector<double>* state) const {
+  for (int64_t v : positive_hist_) state->push_back(static_cast<double>(v));
+  for (int64_t v : negative_hist_) state->push_back(static_cast<double>(v));
+}
+
+void BinnedAuc::LoadState(const std::vector<double>& state, size_t* offset) {
+  for (int64_t& v : positive_hist_) v = static_cast<int64_t>(state.at((*offset)++));
+  for (int64_t& v : negative_hist_) v = static_cast<int64_t>(state.at((*offset)++));
+}
+
 }  // namespace tzrec

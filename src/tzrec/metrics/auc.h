@@ -6,6 +6,7 @@
 // count one half), used to test the binned one. Not thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,10 @@ class BinnedAuc {
   void Reset();
   // Adds another accumulator's counts (e.g. from another rank or thread).
   void Merge(const BinnedAuc& other);
+  // The counts as numbers (to be summed over ranks) and back.
+  void AppendState(std::vector<double>* state) const;
+  // Reads what AppendState wrote from `state` at `*offset`, advancing it.
+  void LoadState(const std::vector<double>& state, size_t* offset);
 
  private:
   std::vector<float> thresholds_;

@@ -37,6 +37,10 @@ class Model : public torch::nn::Module {
   virtual void UpdateMetrics(const Predictions& predictions, const Batch& batch) = 0;
   virtual std::map<std::string, double> ComputeMetrics() = 0;
   virtual void ResetMetrics() = 0;
+  // Evaluation state as numbers that add up over ranks (counts, sums), same length on every
+  // rank for one config; SetMetricState loads summed values back.
+  virtual std::vector<double> MetricState() const = 0;
+  virtual void SetMetricState(const std::vector<double>& state) = 0;
 
   EmbeddingGroup& embedding_group() { return *embedding_group_; }
 

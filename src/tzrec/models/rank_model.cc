@@ -77,6 +77,30 @@ std::map<std::string, double> RankModel::ComputeMetrics() {
   return values;
 }
 
+std::vector<double> RankModel::MetricState() const {
+  std::vector<double> state;
+  for (const auto& named : aucs_) named.auc->AppendState(&state);
+  // Losses by their configured names, present or not on this rank.
+  for (const auto& loss : config_.losses()) {
+    (void)loss;
+    auto it = loss_sums_.find("binary_cross_entropy");
+    state.push_back(it == loss_sums_.end() ? 0.0 : it->second.first);
+    state.push_back(it == loss_sums_.end() ? 0.0 : it->second.second);
+  }
+  return state;
+}
+
+void RankModel::SetMetricState(const std::vector<double>& state) {
+  size_t offset = 0;
+  for (auto& named : aucs_) named.auc->LoadState(state, &offset);
+  for (const auto& loss : config_.losses()) {
+    (void)loss;
+    auto& sum = loss_sums_["binary_cross_entropy"];
+    sum.first = state.at(offset++);
+    sum.second = state.at(offset++);
+  }
+}
+
 void RankModel::ResetMetrics() {
   for (auto& named : aucs_) named.auc->Reset();
   loss_sums_.clear();

@@ -22,6 +22,8 @@ class RankModel : public Model {
   void UpdateMetrics(const Predictions& predictions, const Batch& batch) override;
   std::map<std::string, double> ComputeMetrics() override;
   void ResetMetrics() override;
+  std::vector<double> MetricState() const override;
+  void SetMetricState(const std::vector<double>& state) override;
 
  protected:
   // y: [B, num_class] -> predictions.

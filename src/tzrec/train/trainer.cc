@@ -8,7 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tzrec/common/error.h"
+#include <google/protobuf/text_format.h>
+
 #include "tzrec/common/fs.h"
+#include "tzrec/dist/data_parallel.h"
+#include "tzrec/dist/process_group.h"
+#include "tzrec/embedding/fused_lookup.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
@@ -113,10 +118,13 @@ std::string FormatMetrics(const std::map<std::string, double>& metrics) {
   return text;
 }
 
+// With `pg`, every rank evaluates its share of the eval rows and the metric states are summed
+// over ranks, so the result equals one process evaluating all rows; rank 0 writes it.
 std::map<std::string, double> RunEvaluation(Model& model, const Dataset& dataset,
                                             const protos::EvalConfig& eval_config,
                                             int64_t global_step, int64_t epoch,
-                                            const std::string& result_file) {
+                                            const std::string& result_file,
+                                            ProcessGroup* pg = nullptr) {
   model.eval();
   model.ResetMetrics();
   c10::NoGradGuard no_grad;
@@ -136,9 +144,17 @@ std::map<std::string, double> RunEvaluation(Model& model, const Dataset& dataset
     if (steps % log_every == 0) LOG_INFO << "Evaluating" << suffix << ": " << steps << "it";
     ++steps;
   }
+  if (pg) {
+    std::vector<double> state = model.MetricState();
+    std::vector<at::Tensor> summed = {
+        at::from_blob(state.data(), {static_cast<int64_t>(state.size())}, at::kDouble).clone()};
+    pg->AllReduceSum(summed);
+    std::copy(summed[0].data_ptr<double>(), summed[0].data_ptr<double>() + state.size(), state.begin());
+    model.SetMetricState(state);
+  }
   auto metrics = model.ComputeMetrics();
   LOG_INFO << "Eval Result" << suffix << ": " << FormatMetrics(metrics);
-  if (!result_file.empty()) {
+  if (!result_file.empty() && (!pg || pg->rank() == 0)) {
     // global_step first, then metrics by name, as TorchEasyRec writes them.
     std::string line = StrCat("{\"global_step\": ", global_step);
     for (const auto& kv : metrics) {
@@ -185,20 +201,48 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   protos::EasyRecConfig config = LoadTrainConfig(options);
   const auto& train = config.train_config();
   const std::string model_dir = config.model_dir();
-  const uint64_t data_seed = DataSeed();
+  uint64_t data_seed = DataSeed();
+
+  // Distributed (torchrun / tzrec launch environment): data-parallel over a process group.
+  const DistEnv dist = ReadDistEnv();
+  std::unique_ptr<ProcessGroup> pg;
+  if (dist.distributed()) {
+    pg = ProcessGroup::Create(dist);
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(config, &text);
+    pg->CheckSameOnAllRanks("pipeline config", text);
+    // One data seed for all ranks: CSV file order must be shuffled identically everywhere.
+    std::vector<at::Tensor> seed = {at::full({1}, static_cast<int64_t>(data_seed), at::kLong)};
+    pg->Broadcast(seed, 0);
+    data_seed = static_cast<uint64_t>(seed[0].item<int64_t>());
+  }
+  const bool chief = dist.rank == 0;
 
   // Data before model: bad data settings fail before any table is allocated.
   Pipeline pipeline;
   BuildFeatures(config, &pipeline);
   Dataset train_data(config.data_config(), pipeline.FeaturePointers(), config.train_input_path(),
-                     DatasetMode::kTrain, data_seed, pipeline.generator);
+                     DatasetMode::kTrain, data_seed, pipeline.generator, dist.rank,
+                     dist.world_size);
   std::unique_ptr<Dataset> eval_data;
   if (!config.eval_input_path().empty()) {
     eval_data = std::make_unique<Dataset>(config.data_config(), pipeline.FeaturePointers(),
                                           config.eval_input_path(), DatasetMode::kEval, data_seed,
-                                          pipeline.generator);
+                                          pipeline.generator, dist.rank, dist.world_size);
   }
   BuildModel(config, /*with_optimizers=*/true, &pipeline);
+  // Tables are initialised from the same default seed on every rank; dense parameters are
+  // copied from rank 0 as well, so all ranks start identical.
+  if (pg) BroadcastParameters(*pg, pipeline.model->parameters());
+  struct ExchangeGuard {
+    ~ExchangeGuard() { SetSparseGradientExchange(nullptr); }
+  } exchange_guard;
+  if (pg) {
+    ProcessGroup* group = pg.get();
+    SetSparseGradientExchange([group](at::Tensor* rows, at::Tensor* grads) {
+      ExchangeSparseGradients(*group, rows, grads);
+    });
+  }
 
   // Restore point: fine-tune checkpoint (weights only), overridden by the latest checkpoint of
   // model_dir with --continue_train.
@@ -243,9 +287,11 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     RestoreCheckpoint(restore_from->path, pipeline.State(), restore);
   }
 
-  MakeDirs(model_dir);
-  SavePipelineConfig(config, JoinPath(model_dir, "pipeline.config"));
-  WriteFileAtomic(JoinPath(model_dir, "version"), std::string(kTzrecVersion) + "\n");
+  if (chief) {
+    MakeDirs(model_dir);
+    SavePipelineConfig(config, JoinPath(model_dir, "pipeline.config"));
+    WriteFileAtomic(JoinPath(model_dir, "version"), std::string(kTzrecVersion) + "\n");
+  }
 
   Model& model = *pipeline.model;
   model.train();
@@ -261,10 +307,21 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   auto save_and_eval = [&](int64_t step, int64_t epoch) {
     if (step < 0 || step == last_saved) return;
     TrainingState state = pipeline.State();
-    state.dataloader_state = &data_state;
-    SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()));
+    DataloaderState merged = data_state;
+    if (pg) {
+      // Every rank's data position goes into the checkpoint (ranks read disjoint rows);
+      // parameters are identical on all ranks, so rank 0 writes the checkpoint alone.
+      for (const std::string& json : pg->AllGatherStrings(data_state.ToJson())) {
+        merged.Merge(DataloaderState::FromJson(json, "a rank's data position"));
+      }
+    }
+    state.dataloader_state = &merged;
+    if (chief) SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()));
+    if (pg) pg->Barrier();  // the checkpoint is complete before any rank goes on
     last_saved = step;
-    if (eval_data) RunEvaluation(model, *eval_data, config.eval_config(), step, epoch, result_file);
+    if (eval_data) {
+      RunEvaluation(model, *eval_data, config.eval_config(), step, epoch, result_file, pg.get());
+    }
   };
 
   int64_t i_step = -1;  // index of the last trained step
@@ -284,7 +341,14 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     int64_t batches_this_epoch = 0;
     while (true) {
       timer.Start();
-      if (!stream->Next(&parsed)) break;
+      bool has_batch = stream->Next(&parsed);
+      if (pg) {
+        // Ranks step together: when any rank's data ends, the epoch ends for all.
+        std::vector<at::Tensor> out_of_data = {at::full({1}, has_batch ? 0.0f : 1.0f)};
+        pg->AllReduceSum(out_of_data);
+        if (out_of_data[0].item<float>() > 0) has_batch = false;
+      }
+      if (!has_batch) break;
       timer.Lap("data");
       ++batches_this_epoch;
       // Resume without a data-position file: replay the order and skip consumed batches.
@@ -306,6 +370,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       timer.Lap("forward");
       for (auto& p : dense_params) p.mutable_grad().reset();
       total.backward();
+      if (pg) AllReduceDenseGradients(*pg, dense_params);
       timer.Lap("backward+sparse_update");
       pipeline.dense_optimizer->step();
       timer.Lap("dense_opt");

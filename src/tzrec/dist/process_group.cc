@@ -1,0 +1,182 @@
+#include "tzrec/dist/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstdlib>
+#include <functional>
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/logging.h"
+#include "tzrec/common/strings.h"
+
+namespace tzrec {
+namespace {
+
+// First of the variables that is set, as an int in [lo, hi]; `fallback` when none is.
+int EnvInt(std::initializer_list<const char*> names, int fallback, int lo, int hi) {
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    if (!value || !*value) continue;
+    int64_t parsed;
+    if (!ParseInt64(value, &parsed) || parsed < lo || parsed > hi) {
+      Fail("environment variable ", name, "='", value, "' must be an integer in [", lo, ", ", hi, "]");
+    }
+    return static_cast<int>(parsed);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+DistEnv ReadDistEnv() {
+  DistEnv env;
+  env.world_size = EnvInt({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"}, 1, 1, 1 << 20);
+  env.rank = EnvInt({"RANK", "OMPI_COMM_WORLD_RANK"}, 0, 0, env.world_size - 1);
+  env.local_world_size = EnvInt({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}, 1, 1, 1 << 20);
+  env.local_rank = EnvInt({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}, 0, 0, env.local_world_size - 1);
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) env.master_addr = addr;
+  env.master_port = EnvInt({"MASTER_PORT"}, 29500, 1, 65535);
+  env.timeout = std::chrono::seconds(EnvInt({"PROCESS_GROUP_TIMEOUT_SECONDS"}, 1800, 1, 1 << 30));
+  return env;
+}
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+ProcessGroup::ProcessGroup(DistEnv env) : env_(std::move(env)), impl_(std::make_unique<Impl>()) {}
+ProcessGroup::~ProcessGroup() = default;
+
+std::unique_ptr<ProcessGroup> ProcessGroup::Create(const DistEnv& env) {
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup(env));
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(env.master_port);
+    options.isServer = env.rank == 0;
+    options.numWorkers = env.world_size;
+    options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(env.timeout);
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tzrec", store);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create();
+    gloo_options->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(env.timeout);
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(env.rank == 0 || env.master_addr == "127.0.0.1" ||
+                                                                env.master_addr == "localhost"
+                                                            ? "127.0.0.1"
+                                                            : env.master_addr));
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size,
+                                                             gloo_options);
+    pg->impl_->store = prefixed;
+    pg->impl_->group = group;
+  } catch (const std::exception& e) {
+    Fail("rank ", env.rank, ": cannot join the process group at ", env.master_addr, ":",
+         env.master_port, " (world size ", env.world_size, ", timeout ", env.timeout.count(),
+         " s): ", e.what());
+  }
+  LOG_INFO << "rank " << env.rank << " of " << env.world_size << " joined the process group at "
+           << env.master_addr << ":" << env.master_port;
+  return pg;
+}
+
+void ProcessGroup::Wait(const char* what, const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    Fail("rank ", env_.rank, ": ", what, " failed (a peer rank died, hangs or timed out after ",
+         env_.timeout.count(), " s): ", e.what());
+  }
+}
+
+void ProcessGroup::AllReduceSum(std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return;
+  Wait("allreduce", [&] { impl_->group->allreduce(tensors)->wait(); });
+}
+
+at::Tensor ProcessGroup::AllGather(const at::Tensor& input) {
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < env_.world_size; ++r) outputs[0].push_back(at::empty_like(input));
+  std::vector<at::Tensor> inputs = {input.contiguous()};
+  Wait("allgather", [&] { impl_->group->allgather(outputs, inputs)->wait(); });
+  return at::cat(outputs[0], 0);
+}
+
+std::vector<int64_t> ProcessGroup::ExchangeCounts(const std::vector<int64_t>& send_counts) {
+  TZREC_CHECK(static_cast<int>(send_counts.size()) == env_.world_size);
+  at::Tensor send = at::from_blob(const_cast<int64_t*>(send_counts.data()),
+                                  {static_cast<int64_t>(send_counts.size())}, at::kLong)
+                        .clone();
+  at::Tensor recv = at::empty({env_.world_size}, at::kLong);
+  std::vector<int64_t> ones(env_.world_size, 1);
+  Wait("alltoall", [&] { impl_->group->alltoall_base(recv, send, ones, ones)->wait(); });
+  return std::vector<int64_t>(recv.data_ptr<int64_t>(), recv.data_ptr<int64_t>() + env_.world_size);
+}
+
+at::Tensor ProcessGroup::AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                                  const std::vector<int64_t>& recv_counts) {
+  int64_t total = 0;
+  for (int64_t n : recv_counts) total += n;
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] = total;
+  at::Tensor output = at::empty(shape, input.options());
+  at::Tensor in = input.contiguous();
+  std::vector<int64_t> send(send_counts.begin(), send_counts.end());
+  std::vector<int64_t> recv(recv_counts.begin(), recv_counts.end());
+  Wait("alltoall", [&] { impl_->group->alltoall_base(output, in, recv, send)->wait(); });
+  return output;
+}
+
+void ProcessGroup::Broadcast(std::vector<at::Tensor>& tensors, int root) {
+  if (tensors.empty()) return;
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  Wait("broadcast", [&] { impl_->group->broadcast(tensors, options)->wait(); });
+}
+
+std::vector<std::string> ProcessGroup::AllGatherStrings(const std::string& value) {
+  at::Tensor size = at::full({1}, static_cast<int64_t>(value.size()), at::kLong);
+  at::Tensor sizes = AllGather(size);
+  int64_t longest = 0;
+  for (int r = 0; r < env_.world_size; ++r) longest = std::max(longest, sizes[r].item<int64_t>());
+  at::Tensor bytes = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
+  std::copy(value.begin(), value.end(), bytes.data_ptr<uint8_t>());
+  at::Tensor all = AllGather(bytes);
+  std::vector<std::string> out;
+  const int64_t stride = bytes.numel();
+  for (int r = 0; r < env_.world_size; ++r) {
+    const char* begin = reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + r * stride;
+    out.emplace_back(begin, static_cast<size_t>(sizes[r].item<int64_t>()));
+  }
+  return out;
+}
+
+void ProcessGroup::Barrier() {
+  Wait("barrier", [&] { impl_->group->barrier()->wait(); });
+}
+
+void ProcessGroup::CheckSameOnAllRanks(const std::string& what, const std::string& value) {
+  // Compare a 64-bit fingerprint: cheap, and enough to catch a differing config.
+  uint64_t hash = 1469598103934665603ULL;
+  for (unsigned char c : value) hash = (hash ^ c) * 1099511628211ULL;
+  at::Tensor mine = at::empty({1}, at::kLong);
+  mine.data_ptr<int64_t>()[0] = static_cast<int64_t>(hash);
+  at::Tensor all = AllGather(mine);
+  for (int r = 0; r < env_.world_size; ++r) {
+    if (all.data_ptr<int64_t>()[r] != all.data_ptr<int64_t>()[0]) {
+      Fail("rank ", r, " has a different ", what, " than rank 0; every rank must run the same ",
+           what);
+    }
+  }
+}
+
+}  // namespace tzrec

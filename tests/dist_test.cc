@@ -1,0 +1,188 @@
+// Process group and `tzrec launch` on loopback with two ranks (two processes).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tzrec/dist/process_group.h"
+
+namespace tzrec {
+namespace {
+
+// A TCP port nobody listens on right now.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct ShellRun {
+  int exit_code;
+  std::string output;
+  double seconds;
+};
+
+ShellRun RunShell(const std::string& command) {
+  auto start = std::chrono::steady_clock::now();
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  int status = pclose(pipe);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {WEXITSTATUS(status), output, seconds};
+}
+
+TEST(Distributed, LaunchRunsRanksAndTheirCollectives) {
+  ShellRun run = RunShell(std::string(TZREC_BINARY) + " launch --nproc_per_node 2 --master_port " +
+                     std::to_string(FreePort()) + " -- dist_check");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("[rank 0] dist_check: rank 0 of 2 ok"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("[rank 1] dist_check: rank 1 of 2 ok"), std::string::npos) << run.output;
+}
+
+TEST(Distributed, ADeadRankFailsTheJobNamingIt) {
+  // Rank 1 exits before the collectives; rank 0 must not hang, and launch names rank 1.
+  ShellRun run = RunShell("PROCESS_GROUP_TIMEOUT_SECONDS=20 " + std::string(TZREC_BINARY) +
+                     " launch --nproc_per_node 2 --master_port " + std::to_string(FreePort()) +
+                     " -- dist_check --fail_rank=1");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("rank 1 exited with exit code 3"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 20.0);
+  // Without launch (e.g. torchrun): the surviving rank fails by itself, naming the failure.
+  const int port = FreePort();
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 PROCESS_GROUP_TIMEOUT_SECONDS=10 MASTER_PORT=" +
+                          std::to_string(port) + " ";
+  ShellRun pair = RunShell("(" + env + "RANK=1 " + TZREC_BINARY + " dist_check --fail_rank=1 &) ; " + env +
+                      "RANK=0 " + TZREC_BINARY + " dist_check");
+  EXPECT_NE(pair.exit_code, 0) << pair.output;
+  EXPECT_NE(pair.output.find("rank 0: allreduce failed"), std::string::npos) << pair.output;
+  EXPECT_LT(pair.seconds, 15.0);
+}
+
+TEST(Distributed, EnvironmentIsReadAndChecked) {
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("RANK", "2", 1);
+  setenv("MASTER_PORT", "12345", 1);
+  DistEnv env = ReadDistEnv();
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.master_port, 12345);
+  EXPECT_TRUE(env.distributed());
+  setenv("RANK", "4", 1);
+  EXPECT_TZREC_ERROR(ReadDistEnv(), "RANK='4'");
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("MASTER_PORT");
+  // Open MPI's variables, so mpirun can start ranks.
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  env = ReadDistEnv();
+  EXPECT_EQ(env.world_size, 2);
+  EXPECT_EQ(env.rank, 1);
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_FALSE(ReadDistEnv().distributed());
+}
+
+}  // namespace
+}  // namespace tzrec
+
+#include <fstream>
+#include <sstream>
+
+#include "tzrec/config/pipeline_config.h"
+#include "tzrec/tools/gen_data.h"
+#include "tzrec/train/checkpoint.h"
+
+namespace tzrec {
+namespace {
+
+std::vector<std::string> ReadLines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+// Two ranks on batches of 64 train exactly like one process on the same global batches of
+// 128 (rank 0's rows then rank 1's rows): same final dense weights and embedding tables, and
+// the same evaluation over all eval rows.
+TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
+  testing::TempDir dir;
+  const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
+  const int64_t batch = 64, steps = 20;
+  auto cfg = LoadPipelineConfig(config);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = 2 * batch * steps;
+  gen.eval_rows = 1000;
+  gen.num_files = 2;  // one file per rank (CSV is split by whole files)
+  GenerateMockData(cfg, gen);
+  // The one-process file: blocks of `batch` rows taken alternately from the two rank files.
+  auto a = ReadLines(dir.File("data/train/part-00000.csv"));
+  auto b = ReadLines(dir.File("data/train/part-00001.csv"));
+  ASSERT_EQ(a.size(), b.size());
+  std::ofstream combined(dir.File("combined.csv"));
+  combined << a[0] << "\n";
+  for (size_t start = 1; start < a.size(); start += batch) {
+    for (size_t i = start; i < std::min(a.size(), start + batch); ++i) combined << a[i] << "\n";
+    for (size_t i = start; i < std::min(b.size(), start + batch); ++i) combined << b[i] << "\n";
+  }
+  combined.close();
+  auto edits = [&](int64_t batch_size) {
+    return StrCat(R"({"data_config.batch_size": )", batch_size,
+                  R"(, "data_config.shuffle": false, "data_config.num_workers": 1,
+                      "train_config.num_epochs": 0, "train_config.num_steps": )", steps,
+                  R"(, "train_config.save_checkpoints_epochs": 0})");
+  };
+  const std::string common = std::string(TZREC_BINARY) + " train_eval --pipeline_config_path=" + config +
+                             " --eval_input_path='" + dir.File("data/eval/*.csv") + "'";
+  ShellRun two = RunShell("OMP_NUM_THREADS=1 TORCH_MANUAL_SEED=5 " + std::string(TZREC_BINARY) +
+                          " launch --nproc_per_node 2 --master_port " + std::to_string(FreePort()) + " -- " +
+                          common.substr(std::string(TZREC_BINARY).size() + 1) + " --model_dir=" +
+                          dir.File("two") + " --train_input_path='" + dir.File("data/train/*.csv") +
+                          "' --edit_config_json='" + edits(batch) + "'");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  ShellRun one = RunShell("OMP_NUM_THREADS=1 TORCH_MANUAL_SEED=5 " + common + " --model_dir=" + dir.File("one") +
+                          " --train_input_path=" + dir.File("combined.csv") + " --edit_config_json='" +
+                          edits(2 * batch) + "'");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto ckpt_one = ListCheckpoints(dir.File("one"));
+  auto ckpt_two = ListCheckpoints(dir.File("two"));
+  ASSERT_FALSE(ckpt_one.empty());
+  ASSERT_FALSE(ckpt_two.empty());
+  EXPECT_EQ(ckpt_one.back().step, ckpt_two.back().step);
+  auto x = LoadCheckpointTensors(ckpt_one.back().path);
+  auto y = LoadCheckpointTensors(ckpt_two.back().path);
+  ASSERT_EQ(x.size(), y.size());
+  for (auto& kv : x) {
+    ASSERT_TRUE(y.count(kv.first)) << kv.first;
+    EXPECT_TRUE(kv.second.allclose(y[kv.first], 1e-4, 1e-5))
+        << kv.first << " max diff " << (kv.second - y[kv.first]).abs().max().item<float>();
+  }
+  // Eval metrics over all eval rows (each rank evaluated half) match the one-process run.
+  auto last_line = [](const std::string& path) { return ReadLines(path).back(); };
+  auto m1 = nlohmann::json::parse(last_line(dir.File("one/train_eval_result_v2.txt")));
+  auto m2 = nlohmann::json::parse(last_line(dir.File("two/train_eval_result_v2.txt")));
+  EXPECT_NEAR(m1["auc"].get<double>(), m2["auc"].get<double>(), 1e-3);
+  EXPECT_NEAR(m1["binary_cross_entropy"].get<double>(), m2["binary_cross_entropy"].get<double>(), 1e-4);
+}
+
+}  // namespace
+}  // namespace tzrec
