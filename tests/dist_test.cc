@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -107,6 +108,8 @@ TEST(Distributed, EnvironmentIsReadAndChecked) {
 
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/tools/gen_data.h"
+#include "tzrec/common/fs.h"
+#include "tzrec/config/edit_config.h"
 #include "tzrec/train/checkpoint.h"
 
 namespace tzrec {
@@ -182,6 +185,112 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
   auto m2 = nlohmann::json::parse(last_line(dir.File("two/train_eval_result_v2.txt")));
   EXPECT_NEAR(m1["auc"].get<double>(), m2["auc"].get<double>(), 1e-3);
   EXPECT_NEAR(m1["binary_cross_entropy"].get<double>(), m2["binary_cross_entropy"].get<double>(), 1e-4);
+}
+
+}  // namespace
+}  // namespace tzrec
+
+namespace tzrec {
+namespace {
+
+// A 2-rank checkpoint continues with 1 rank and a 1-rank one with 2 ranks: checkpoints hold
+// logical tables and every rank's data position.
+TEST(Distributed, ContinueWithAnotherWorldSize) {
+  testing::TempDir dir;
+  const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
+  auto cfg = LoadPipelineConfig(config);
+  const std::string to_parquet = R"({"data_config.dataset_type": "ParquetDataset"})";
+  EditConfigJson(&cfg, to_parquet);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = 6000;
+  gen.eval_rows = 500;
+  gen.num_files = 2;
+  auto data = GenerateMockData(cfg, gen);
+  auto run = [&](int ranks, const std::string& model_dir, int64_t steps, bool resume) {
+    const std::string edits = StrCat(R"({"data_config.dataset_type": "ParquetDataset", "data_config.batch_size": 64,
+        "data_config.shuffle": false, "data_config.num_workers": 1, "train_config.num_epochs": 0,
+        "train_config.num_steps": )", steps, R"(, "train_config.save_checkpoints_epochs": 0})");
+    std::string args = " train_eval --pipeline_config_path=" + config + " --model_dir=" + model_dir +
+                       " --train_input_path='" + data.train_pattern + "' --eval_input_path='" +
+                       data.eval_pattern + "' --edit_config_json='" + edits + "'" +
+                       (resume ? " --continue_train" : "");
+    std::string command = ranks == 1 ? std::string(TZREC_BINARY) + args
+                                     : std::string(TZREC_BINARY) + " launch --nproc_per_node 2 --master_port " +
+                                           std::to_string(FreePort()) + " --" + args;
+    return RunShell("OMP_NUM_THREADS=1 " + command);
+  };
+  for (int first : {2, 1}) {
+    SCOPED_TRACE(first);
+    const std::string model_dir = dir.File(StrCat("model_", first));
+    ShellRun a = run(first, model_dir, 10, false);
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    auto ckpts = ListCheckpoints(model_dir);
+    ASSERT_FALSE(ckpts.empty());
+    EXPECT_TRUE(PathExists(JoinPath(ckpts.back().path, "plan.json")));
+    const std::string state = ReadFileToString(JoinPath(ckpts.back().path, "dataloader_state.json"));
+    // A 2-rank run records both ranks' row ranges.
+    EXPECT_EQ(std::count(state.begin(), state.end(), ':') >= (first == 2 ? 3 : 2), true) << state;
+    ShellRun b = run(3 - first, model_dir, 20, true);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_NE(b.output.find("Continuing from"), std::string::npos) << b.output;
+    ckpts = ListCheckpoints(model_dir);
+    EXPECT_EQ(ckpts.back().step, 19);
+  }
+}
+
+TEST(Distributed, ShardingConstraintsAreCheckedByThePlanner) {
+  testing::TempDir dir;
+  const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
+  auto cfg = LoadPipelineConfig(config);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = 500;
+  gen.eval_rows = 100;
+  auto data = GenerateMockData(cfg, gen);
+  auto run = [&](const std::string& edits) {
+    return RunShell(std::string(TZREC_BINARY) + " train_eval --pipeline_config_path=" + config +
+                    " --model_dir=" + dir.File("m" + std::to_string(FreePort())) + " --train_input_path='" +
+                    data.train_pattern + "' --eval_input_path='" + data.eval_pattern +
+                    "' --edit_config_json='" + edits + "'");
+  };
+  ShellRun row_wise = run(R"({"feature_configs[0].raw_feature.embedding_dim": 4,
+      "feature_configs[id_feature.feature_name=cat_0].id_feature.embedding_constraints.sharding_types": ["row_wise"]})");
+  EXPECT_NE(row_wise.exit_code, 0);
+  EXPECT_NE(row_wise.output.find("embedding_constraints.sharding_types: [row_wise]: not supported yet"),
+            std::string::npos) << row_wise.output;
+  ShellRun ok = run(R"({"train_config.global_embedding_constraints.sharding_types": ["data_parallel", "row_wise"],
+      "train_config.num_epochs": 1})");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("\"sharding_type\": \"data_parallel\""), std::string::npos) << ok.output;
+}
+
+// A rank killed in the middle of training ends the whole job quickly, naming the rank.
+TEST(Distributed, KilledRankEndsTheTrainingJob) {
+  testing::TempDir dir;
+  const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
+  auto cfg = LoadPipelineConfig(config);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = 20000;
+  gen.eval_rows = 100;
+  gen.num_files = 2;
+  auto data = GenerateMockData(cfg, gen);
+  const std::string model_dir = dir.File("killed_model");
+  const std::string command =
+      "OMP_NUM_THREADS=1 PROCESS_GROUP_TIMEOUT_SECONDS=20 " + std::string(TZREC_BINARY) +
+      " launch --nproc_per_node 2 --stop_grace_seconds 5 --master_port " + std::to_string(FreePort()) +
+      " -- train_eval --pipeline_config_path=" + config + " --model_dir=" + model_dir +
+      " --train_input_path='" + data.train_pattern + "' --eval_input_path='" + data.eval_pattern +
+      "' --edit_config_json='{\"data_config.batch_size\": 32, \"train_config.num_epochs\": 50}'";
+  // Kill the newest train_eval process (one rank) once training runs.
+  const std::string killer = "(for i in $(seq 1 100); do sleep 0.2; if pgrep -f 'killed_model' >/dev/null && "
+                             "[ $(pgrep -f 'train_eval.*killed_model' | wc -l) -ge 2 ]; then sleep 2; "
+                             "pkill -9 -n -f 'train_eval.*killed_model'; break; fi; done) & ";
+  ShellRun run = RunShell(killer + command);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("exited with signal 9"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 40.0) << run.output;
 }
 
 }  // namespace

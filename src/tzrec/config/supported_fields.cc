@@ -100,6 +100,7 @@ const std::vector<std::string>& SupportedConfigFields() {
       "train_config.log_step_count_steps",
       "train_config.keep_checkpoint_max",
       "train_config.use_tensorboard",  // only `false` is accepted (checked by the trainer)
+      "train_config.global_embedding_constraints.*",  // checked by the sharding planner
       // eval_config
       "eval_config.num_steps",
       "eval_config.log_step_count_steps",
@@ -148,11 +149,12 @@ const std::vector<std::string>& SupportedConfigFields() {
         "weighted", "sequence_length", "sequence_delim", "sequence_fields", "map", "key",
         "combiner", "need_discrete", "need_key", "value_separator", "nested_map", "pkey", "skey",
         "show_pkey", "show_skey", "variables", "query", "title", "method", "document",
-        "kv_delimiter", "value_map", "tokenizer_type", "text_normalizer.*"};
+        "kv_delimiter", "value_map", "tokenizer_type", "text_normalizer.*", "operator_name",
+        "operator_lib_file", "operator_params.*", "is_op_thread_safe", "embedding_constraints.*"};
     const std::vector<std::string> types = {
         "id_feature", "raw_feature", "combo_feature", "lookup_feature", "match_feature",
         "expr_feature", "overlap_feature", "tokenize_feature", "kv_dot_product",
-        "bool_mask_feature", "combine_feature"};
+        "bool_mask_feature", "combine_feature", "custom_feature"};
     for (const std::string& type : types) {
       for (const std::string& prefix :
            {"feature_configs." + type, "feature_configs.sequence_" + type,

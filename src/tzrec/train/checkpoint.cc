@@ -184,6 +184,9 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
                         at::scalar_tensor(state.sparse_optimizer ? state.sparse_optimizer->step() : 0,
                                           at::TensorOptions().dtype(at::kLong))}});
     }
+    if (state.sharding_plan_json) {
+      WriteFileAtomic(JoinPath(tmp, "plan.json"), *state.sharding_plan_json);
+    }
     if (state.dataloader_state) {
       WriteFileAtomic(JoinPath(tmp, DataloaderState::kFileName), state.dataloader_state->ToJson());
     }

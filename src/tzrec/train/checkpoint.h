@@ -43,6 +43,9 @@ struct TrainingState {
   torch::optim::Optimizer* dense_optimizer = nullptr;
   // Saved as dataloader_state.json when set (train only).
   const DataloaderState* dataloader_state = nullptr;
+  // Saved as plan.json when set: where each table lived (dist/sharding_plan.h). Tables are
+  // saved logical (unsharded) regardless, so any world size can continue from them.
+  const std::string* sharding_plan_json = nullptr;
 };
 
 // Saves and prunes to the newest `keep_checkpoint_max` (0 keeps all). Returns the path.

@@ -13,6 +13,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/dist/data_parallel.h"
 #include "tzrec/dist/process_group.h"
+#include "tzrec/dist/sharding_plan.h"
 #include "tzrec/embedding/fused_lookup.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/config/edit_config.h"
@@ -231,6 +232,9 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                                           pipeline.generator, dist.rank, dist.world_size);
   }
   BuildModel(config, /*with_optimizers=*/true, &pipeline);
+  const std::string plan_json =
+      PlanToJson(PlanSharding(config, pipeline.FeaturePointers(), dist.world_size));
+  if (dist.rank == 0) LOG_INFO << "embedding sharding plan (" << dist.world_size << " ranks): " << plan_json;
   // Tables are initialised from the same default seed on every rank; dense parameters are
   // copied from rank 0 as well, so all ranks start identical.
   if (pg) BroadcastParameters(*pg, pipeline.model->parameters());
@@ -316,6 +320,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       }
     }
     state.dataloader_state = &merged;
+    state.sharding_plan_json = &plan_json;
     if (chief) SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()));
     if (pg) pg->Barrier();  // the checkpoint is complete before any rank goes on
     last_saved = step;
