@@ -8,27 +8,15 @@
 #include "tzrec/common/error.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/fg/proto_fields.h"
 
 namespace tzrec {
 
-namespace {
-
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
-
-const FieldDescriptor* FieldOf(const Message& msg, const char* name) {
-  return msg.GetDescriptor()->FindFieldByName(name);
-}
-std::string StringField(const Message& msg, const char* name) {
-  const FieldDescriptor* f = FieldOf(msg, name);
-  return f ? msg.GetReflection()->GetString(msg, f) : std::string();
-}
-bool HasField(const Message& msg, const char* name) {
-  const FieldDescriptor* f = FieldOf(msg, name);
-  return f && !f->is_repeated() && msg.GetReflection()->HasField(msg, f);
-}
-
-}  // namespace
+using fg::FieldOf;
+using fg::HasField;
+using fg::StringField;
 
 Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
     : context_(std::move(context)) {

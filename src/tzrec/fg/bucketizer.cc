@@ -11,6 +11,7 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/fg/proto_fields.h"
 
 namespace tzrec::fg {
 namespace {
@@ -18,27 +19,9 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-const FieldDescriptor* Field(const Message& msg, const char* name) {
-  return msg.GetDescriptor()->FindFieldByName(name);
-}
-
-bool HasScalar(const Message& msg, const char* name) {
-  const FieldDescriptor* field = Field(msg, name);
-  return field && !field->is_repeated() && msg.GetReflection()->HasField(msg, field);
-}
-
 int RepeatedSize(const Message& msg, const char* name) {
-  const FieldDescriptor* field = Field(msg, name);
+  const FieldDescriptor* field = FieldOf(msg, name);
   return field && field->is_repeated() ? msg.GetReflection()->FieldSize(msg, field) : 0;
-}
-
-uint64_t GetUInt64(const Message& msg, const char* name) {
-  return msg.GetReflection()->GetUInt64(msg, Field(msg, name));
-}
-
-std::string GetString(const Message& msg, const char* name) {
-  const FieldDescriptor* field = Field(msg, name);
-  return field ? msg.GetReflection()->GetString(msg, field) : std::string();
 }
 
 std::string FormatNumber(double value) {
@@ -52,25 +35,25 @@ std::string FormatNumber(double value) {
 Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& where) {
   Bucketizer b;
   for (const char* name : {"zch", "dynamicemb"}) {
-    if (HasScalar(feature, name)) Fail(where, ".", name, ": not supported yet");
+    if (HasField(feature, name)) Fail(where, ".", name, ": not supported yet");
   }
-  const bool has_dbv = HasScalar(feature, "default_bucketize_value");
-  const int64_t dbv = has_dbv ? static_cast<int64_t>(GetUInt64(feature, "default_bucketize_value")) : 1;
-  const std::string default_value = GetString(feature, "default_value");
+  const bool has_dbv = HasField(feature, "default_bucketize_value");
+  const int64_t dbv = has_dbv ? static_cast<int64_t>(UInt64Field(feature, "default_bucketize_value")) : 1;
+  const std::string default_value = StringField(feature, "default_value");
   b.hash_kind_ = DefaultHashKind();
-  if (HasScalar(feature, "hash_bucket_size")) {
+  if (HasField(feature, "hash_bucket_size")) {
     b.kind_ = Kind::kHash;
-    b.buckets_ = GetUInt64(feature, "hash_bucket_size");
+    b.buckets_ = UInt64Field(feature, "hash_bucket_size");
     if (b.buckets_ == 0) Fail(where, ".hash_bucket_size must be > 0");
     b.num_embeddings_ = static_cast<int64_t>(b.buckets_);
-  } else if (HasScalar(feature, "num_buckets")) {
+  } else if (HasField(feature, "num_buckets")) {
     b.kind_ = Kind::kNumBuckets;
-    b.buckets_ = GetUInt64(feature, "num_buckets");
+    b.buckets_ = UInt64Field(feature, "num_buckets");
     if (b.buckets_ == 0) Fail(where, ".num_buckets must be > 0");
     b.num_embeddings_ = static_cast<int64_t>(b.buckets_);
   } else if (RepeatedSize(feature, "vocab_list") > 0) {
     b.kind_ = Kind::kVocab;
-    const auto* field = Field(feature, "vocab_list");
+    const auto* field = FieldOf(feature, "vocab_list");
     if (!has_dbv) b.vocab_list_ = {default_value, "<OOV>"};
     for (int i = 0; i < feature.GetReflection()->FieldSize(feature, field); ++i) {
       b.vocab_list_.push_back(feature.GetReflection()->GetRepeatedString(feature, field, i));
@@ -84,7 +67,7 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
     b.oov_id_ = dbv;
   } else if (RepeatedSize(feature, "vocab_dict") > 0) {
     b.kind_ = Kind::kVocab;
-    const auto* field = Field(feature, "vocab_dict");
+    const auto* field = FieldOf(feature, "vocab_dict");
     const auto* reflection = feature.GetReflection();
     std::vector<std::pair<std::string, int64_t>> entries;
     for (int i = 0; i < reflection->FieldSize(feature, field); ++i) {
@@ -105,12 +88,12 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
     b.vocab_dict_entries_ = entries;
     b.num_embeddings_ = std::max(max_id, has_dbv ? dbv : 1) + 1;
     b.oov_id_ = dbv;
-  } else if (!GetString(feature, "vocab_file").empty() &&
+  } else if (!StringField(feature, "vocab_file").empty() &&
              feature.GetDescriptor()->name() != "TokenizeFeature") {  // that one is the tokenizer
     b.kind_ = Kind::kVocab;
     if (!has_dbv) Fail(where, ".vocab_file needs default_bucketize_value");
-    std::string path = GetString(feature, "vocab_file");
-    const std::string asset_dir = GetString(feature, "asset_dir");
+    std::string path = StringField(feature, "vocab_file");
+    const std::string asset_dir = StringField(feature, "asset_dir");
     if (!asset_dir.empty() && path[0] != '/') path = asset_dir + "/" + path;
     std::ifstream in(path);
     if (!in) Fail(where, ".vocab_file: cannot read '", path, "'");
@@ -138,7 +121,7 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
     b.oov_id_ = dbv;
   } else if (RepeatedSize(feature, "boundaries") > 0) {
     b.kind_ = Kind::kBoundaries;
-    const auto* field = Field(feature, "boundaries");
+    const auto* field = FieldOf(feature, "boundaries");
     for (int i = 0; i < feature.GetReflection()->FieldSize(feature, field); ++i) {
       double value = feature.GetReflection()->GetRepeatedFloat(feature, field, i);
       if (!b.boundaries_.empty() && !(b.boundaries_.back() < value)) {

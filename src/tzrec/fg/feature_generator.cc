@@ -17,6 +17,7 @@
 #include "tzrec/fg/expression.h"
 #include "tzrec/fg/feature_op.h"
 #include "tzrec/fg/normalizer.h"
+#include "tzrec/fg/proto_fields.h"
 #include "tzrec/fg/tokenizer.h"
 
 namespace tzrec::fg {
@@ -25,24 +26,6 @@ namespace {
 
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
-
-const FieldDescriptor* Field(const Message& msg, const char* name) {
-  return msg.GetDescriptor()->FindFieldByName(name);
-}
-std::string Str(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  return f ? msg.GetReflection()->GetString(msg, f) : std::string();
-}
-bool Bool(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  return f && msg.GetReflection()->GetBool(msg, f);
-}
-bool Has(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  if (!f) return false;
-  return f->is_repeated() ? msg.GetReflection()->FieldSize(msg, f) > 0
-                          : msg.GetReflection()->HasField(msg, f);
-}
 
 void AppendNumberText(double value, std::string* out) {
   char buffer[64];
@@ -189,18 +172,18 @@ void Combine(Combiner combiner, std::vector<double>* values) {
 class LookupOp : public FeatureOp {
  public:
   LookupOp(const FeatureInfo& info, const std::string& where)
-      : normalizer_(Str(*info.config, "normalizer"), where + ".normalizer") {
+      : normalizer_(StringField(*info.config, "normalizer"), where + ".normalizer") {
     const Message& msg = *info.config;
-    need_key_ = Bool(msg, "need_key");
+    need_key_ = BoolField(msg, "need_key");
     value_dim_ = info.value_dim;
-    value_separator_ = Str(msg, "value_separator");
+    value_separator_ = StringField(msg, "value_separator");
     // An id bucketizer needs the looked-up values as text (TorchEasyRec forces
     // need_discrete then, and no combiner).
     Bucketizer::Kind b = info.bucketizer->kind();
-    discrete_ = Bool(msg, "need_discrete") || need_key_ ||
+    discrete_ = BoolField(msg, "need_discrete") || need_key_ ||
                 (b != Bucketizer::Kind::kNone && b != Bucketizer::Kind::kBoundaries);
     // value_dim > 1: each looked-up value is a vector (split by value_separator), not combined.
-    combiner_ = discrete_ || value_dim_ > 1 ? Combiner::kNone : ParseCombiner(Str(msg, "combiner"), where);
+    combiner_ = discrete_ || value_dim_ > 1 ? Combiner::kNone : ParseCombiner(StringField(msg, "combiner"), where);
   }
   OpValues::Kind kind() const override {
     return discrete_ ? OpValues::Kind::kTexts : OpValues::Kind::kNumbers;
@@ -264,12 +247,12 @@ class LookupOp : public FeatureOp {
 class MatchOp : public FeatureOp {
  public:
   MatchOp(const FeatureInfo& info, const std::string& where)
-      : normalizer_(Str(*info.config, "normalizer"), where + ".normalizer") {
+      : normalizer_(StringField(*info.config, "normalizer"), where + ".normalizer") {
     const Message& msg = *info.config;
-    show_pkey_ = Bool(msg, "show_pkey");
-    show_skey_ = Bool(msg, "show_skey");
+    show_pkey_ = BoolField(msg, "show_pkey");
+    show_skey_ = BoolField(msg, "show_skey");
     Bucketizer::Kind b = info.bucketizer->kind();
-    discrete_ = Bool(msg, "need_discrete") || show_pkey_ || show_skey_ ||
+    discrete_ = BoolField(msg, "need_discrete") || show_pkey_ || show_skey_ ||
                 (b != Bucketizer::Kind::kNone && b != Bucketizer::Kind::kBoundaries);
     sum_ = !info.is_sparse;
     pkey_all_ = info.inputs[1].is_all;
@@ -331,7 +314,7 @@ class ExprOp : public FeatureOp {
   ExprOp(const FeatureInfo& info, const std::string& where) {
     std::vector<std::string> names;
     for (const FeatureInput& input : info.inputs) names.push_back(input.name);
-    expression_ = Expression::Compile(Str(*info.config, "expression"), names,
+    expression_ = Expression::Compile(StringField(*info.config, "expression"), names,
                                       StrCat(where, " '", info.name, "'"));
   }
   OpValues::Kind kind() const override { return OpValues::Kind::kNumbers; }
@@ -361,8 +344,8 @@ class ExprOp : public FeatureOp {
 class OverlapOp : public FeatureOp {
  public:
   OverlapOp(const FeatureInfo& info, const std::string& where)
-      : normalizer_(Str(*info.config, "normalizer"), where + ".normalizer") {
-    method_ = Str(*info.config, "method");
+      : normalizer_(StringField(*info.config, "normalizer"), where + ".normalizer") {
+    method_ = StringField(*info.config, "method");
     static const char* kMethods[] = {"query_common_ratio", "title_common_ratio", "is_contain",
                                      "is_equal", "index_of", "proximity_min_cover",
                                      "proximity_min_dist", "proximity_max_dist",
@@ -468,8 +451,8 @@ class OverlapOp : public FeatureOp {
 class KvDotOp : public FeatureOp {
  public:
   KvDotOp(const FeatureInfo& info, const std::string& where)
-      : normalizer_(Str(*info.config, "normalizer"), where + ".normalizer") {
-    delimiter_ = Has(*info.config, "kv_delimiter") ? Str(*info.config, "kv_delimiter") : ":";
+      : normalizer_(StringField(*info.config, "normalizer"), where + ".normalizer") {
+    delimiter_ = HasField(*info.config, "kv_delimiter") ? StringField(*info.config, "kv_delimiter") : ":";
     if (delimiter_.size() != 1) Fail(where, ".kv_delimiter: '", delimiter_, "' must be one character");
     has_default_ = info.has_default_value;
   }
@@ -534,7 +517,7 @@ class BoolMaskOp : public FeatureOp {
 class CombineOp : public FeatureOp {
  public:
   CombineOp(const FeatureInfo& info, const std::string& where)
-      : normalizer_(Str(*info.config, "normalizer"), where + ".normalizer") {
+      : normalizer_(StringField(*info.config, "normalizer"), where + ".normalizer") {
     const auto& config = static_cast<const protos::CombineFeature&>(*info.config);
     for (const auto& kv : config.value_map()) value_map_[kv.first] = kv.second;
     combiner_ = ParseCombiner(config.combiner(), where);
@@ -620,7 +603,7 @@ std::unique_ptr<FeatureOp> CreateOp(const FeatureInfo& info) {
   const std::string& t = info.type;
   if (t == "id_feature") return std::make_unique<IdOp>(info.weighted);
   if (t == "raw_feature") {
-    return std::make_unique<RawOp>(Normalizer(Str(*info.config, "normalizer"), where + ".normalizer"));
+    return std::make_unique<RawOp>(Normalizer(StringField(*info.config, "normalizer"), where + ".normalizer"));
   }
   if (t == "combo_feature") return std::make_unique<ComboOp>();
   if (t == "lookup_feature") return std::make_unique<LookupOp>(info, where);

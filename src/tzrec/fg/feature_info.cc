@@ -8,6 +8,7 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/fg/proto_fields.h"
 #include "tzrec/fg/tokenizer.h"
 
 namespace tzrec::fg {
@@ -16,25 +17,12 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-const FieldDescriptor* Field(const Message& msg, const char* name) {
-  return msg.GetDescriptor()->FindFieldByName(name);
-}
-bool Has(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  if (!f) return false;
-  return f->is_repeated() ? msg.GetReflection()->FieldSize(msg, f) > 0
-                          : msg.GetReflection()->HasField(msg, f);
-}
-std::string Str(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  return f ? msg.GetReflection()->GetString(msg, f) : std::string();
-}
 std::vector<std::string> Strs(const Message& msg, const char* name) {
   std::vector<std::string> out;
-  const FieldDescriptor* f = Field(msg, name);
+  const FieldDescriptor* f = FieldOf(msg, name);
   if (!f) return out;
   if (!f->is_repeated()) {
-    if (msg.GetReflection()->HasField(msg, f) || f->has_default_value()) out.push_back(Str(msg, name));
+    if (msg.GetReflection()->HasField(msg, f) || f->has_default_value()) out.push_back(StringField(msg, name));
     return out;
   }
   for (int i = 0; i < msg.GetReflection()->FieldSize(msg, f); ++i) {
@@ -42,14 +30,6 @@ std::vector<std::string> Strs(const Message& msg, const char* name) {
   }
   return out;
 }
-uint32_t U32(const Message& msg, const char* name) {
-  return msg.GetReflection()->GetUInt32(msg, Field(msg, name));
-}
-bool Bool(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  return f && msg.GetReflection()->GetBool(msg, f);
-}
-
 // Input fields per type, in the order the op reads them; `raw` = whole value, not split.
 struct InputField {
   const char* field;
@@ -79,26 +59,26 @@ bool SparseByType(const std::string& type, const Message& msg, const Bucketizer&
     return true;
   }
   if (type == "raw_feature" || type == "overlap_feature" || type == "kv_dot_product") {
-    return Has(msg, "boundaries");
+    return HasField(msg, "boundaries");
   }
   if (type == "expr_feature") {
-    return Has(msg, "hash_bucket_size") || Has(msg, "num_buckets") || Has(msg, "boundaries");
+    return HasField(msg, "hash_bucket_size") || HasField(msg, "num_buckets") || HasField(msg, "boundaries");
   }
-  if (type == "combine_feature") return Has(msg, "num_buckets") || Has(msg, "boundaries");
+  if (type == "combine_feature") return HasField(msg, "num_buckets") || HasField(msg, "boundaries");
   // lookup, match, custom: any bucketizer. (TorchEasyRec's match_feature ignores a lone
   // vocab_dict here yet bucketizes with it in FG; we treat it as sparse, consistently.)
   return b.active();
 }
 
 int ValueDim(const std::string& type, const Message& msg, bool is_sequence, bool sparse) {
-  const bool has = Has(msg, "value_dim");
-  const int configured = has ? static_cast<int>(U32(msg, "value_dim")) : 0;
+  const bool has = HasField(msg, "value_dim");
+  const int configured = has ? static_cast<int>(UInt32Field(msg, "value_dim")) : 0;
   if (type == "id_feature" || type == "combo_feature" || type == "bool_mask_feature" ||
       type == "expr_feature") {
     if (has) return configured;
     return is_sequence ? 1 : 0;
   }
-  if (type == "raw_feature") return static_cast<int>(U32(msg, "value_dim"));
+  if (type == "raw_feature") return static_cast<int>(UInt32Field(msg, "value_dim"));
   if (type == "lookup_feature" || type == "match_feature" || type == "custom_feature") {
     return has ? configured : 1;
   }
@@ -108,8 +88,8 @@ int ValueDim(const std::string& type, const Message& msg, bool is_sequence, bool
 
 void CheckUnsupported(const Message& msg, const std::string& where) {
   for (const char* name : {"autodis", "mlp", "use_mask", "init_fn", "data_type_fp16"}) {
-    if (Has(msg, name) && std::string(name) != "init_fn") {
-      if (std::string(name) == "use_mask" && !Bool(msg, "use_mask")) continue;
+    if (HasField(msg, name) && std::string(name) != "init_fn") {
+      if (std::string(name) == "use_mask" && !BoolField(msg, "use_mask")) continue;
       Fail(where, ".", name, ": not supported yet");
     }
   }
@@ -146,7 +126,7 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
   info.type = type;
   info.config = &msg;
   info.config_path = where;
-  info.config_name = Str(msg, "feature_name");
+  info.config_name = StringField(msg, "feature_name");
   if (info.config_name.empty()) Fail(where, ".feature_name must be set");
   info.is_sequence = simple_sequence || group != nullptr;
   info.grouped = group != nullptr;
@@ -160,8 +140,8 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
     info.name = info.config_name;
     if (simple_sequence) {
       info.sequence_name = info.name;
-      info.sequence_length = Has(msg, "sequence_length") ? U32(msg, "sequence_length") : 0;
-      info.sequence_delim = Str(msg, "sequence_delim");
+      info.sequence_length = HasField(msg, "sequence_length") ? UInt32Field(msg, "sequence_length") : 0;
+      info.sequence_delim = StringField(msg, "sequence_delim");
       if (info.sequence_length <= 0) Fail(where, ".sequence_length must be set and > 0");
     }
   }
@@ -171,16 +151,16 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
   info.num_embeddings = info.bucketizer->num_embeddings();
   if (type == "tokenize_feature") {
     // The tokenizer's vocabulary is the table size, in every fg_mode.
-    std::string path = Str(msg, "vocab_file");
-    const std::string asset_dir = Str(msg, "asset_dir");
+    std::string path = StringField(msg, "vocab_file");
+    const std::string asset_dir = StringField(msg, "asset_dir");
     if (!asset_dir.empty() && !path.empty() && path[0] != '/') path = asset_dir + "/" + path;
-    info.num_embeddings = Tokenizer::Load(path, Str(msg, "tokenizer_type"), where)->vocab_size();
+    info.num_embeddings = Tokenizer::Load(path, StringField(msg, "tokenizer_type"), where)->vocab_size();
   }
   info.value_dim = ValueDim(type, msg, info.is_sequence, info.is_sparse);
-  info.weighted = Bool(msg, "weighted");
-  info.stub = Bool(msg, "stub_type");
-  if (Field(msg, "separator")) info.separator = Str(msg, "separator");
-  if (Field(msg, "default_value")) info.default_value = Str(msg, "default_value");
+  info.weighted = BoolField(msg, "weighted");
+  info.stub = BoolField(msg, "stub_type");
+  if (FieldOf(msg, "separator")) info.separator = StringField(msg, "separator");
+  if (FieldOf(msg, "default_value")) info.default_value = StringField(msg, "default_value");
   // TorchEasyRec resets an empty default of a sparse sequence feature to "0".
   if (info.is_sequence && info.is_sparse && info.default_value.empty()) info.default_value = "0";
   info.has_default_value = !info.default_value.empty();

@@ -20,6 +20,7 @@
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/fg/feature_info.h"
+#include "tzrec/fg/proto_fields.h"
 #include "tzrec/protos/feature.pb.h"
 
 namespace tzrec {
@@ -115,26 +116,8 @@ using fg::FeatureInfo;
 const char* const kDefaultSeparator = "\x1d";
 
 // ---------------------------------------------------------------- reflection helpers
-const FieldDescriptor* Field(const Message& msg, const char* name) {
-  return msg.GetDescriptor()->FindFieldByName(name);
-}
-// Set (scalar) or non-empty (repeated); false when the type has no such field.
-bool Has(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  if (!f) return false;
-  return f->is_repeated() ? msg.GetReflection()->FieldSize(msg, f) > 0
-                          : msg.GetReflection()->HasField(msg, f);
-}
-std::string Str(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  return f ? msg.GetReflection()->GetString(msg, f) : std::string();
-}
-bool Bool(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
-  return f && msg.GetReflection()->GetBool(msg, f);
-}
 uint64_t Uint(const Message& msg, const char* name) {
-  const FieldDescriptor* f = Field(msg, name);
+  const FieldDescriptor* f = fg::FieldOf(msg, name);
   if (!f) return 0;
   const auto* r = msg.GetReflection();
   switch (f->cpp_type()) {
@@ -147,7 +130,7 @@ uint64_t Uint(const Message& msg, const char* name) {
 }
 std::vector<std::string> Strs(const Message& msg, const char* name) {
   std::vector<std::string> out;
-  const FieldDescriptor* f = Field(msg, name);
+  const FieldDescriptor* f = fg::FieldOf(msg, name);
   if (!f || !f->is_repeated()) return out;
   for (int i = 0; i < msg.GetReflection()->FieldSize(msg, f); ++i) {
     out.push_back(msg.GetReflection()->GetRepeatedString(msg, f, i));
@@ -158,7 +141,7 @@ std::vector<std::string> Strs(const Message& msg, const char* name) {
 // 0.1 is written 0.10000000149011612 exactly as TorchEasyRec's json.dump does.
 Json Floats(const Message& msg, const char* name) {
   Json out = Json::array();
-  const FieldDescriptor* f = Field(msg, name);
+  const FieldDescriptor* f = fg::FieldOf(msg, name);
   if (!f) return out;
   for (int i = 0; i < msg.GetReflection()->FieldSize(msg, f); ++i) {
     out.push_back(static_cast<double>(msg.GetReflection()->GetRepeatedFloat(msg, f, i)));
@@ -244,7 +227,7 @@ class FgJsonBuilder {
     } else {
       Fail(info.config_path, ": not supported yet by create_fg_json");
     }
-    if (type == "tokenize_feature" && Bool(msg, "tokens_as_sequence")) {
+    if (type == "tokenize_feature" && fg::BoolField(msg, "tokens_as_sequence")) {
       // A plain tokenize cfg whose token list is the sequence (no sequence_ wrapper).
       if (info.is_sequence) {
         Fail(info.config_path, ".tokens_as_sequence is only valid with tokenize_feature, not ",
@@ -257,7 +240,7 @@ class FgJsonBuilder {
       }
     } else if (info.is_sequence) {
       // Sequences do not support an empty default: TorchEasyRec resets it to "0" in every cfg.
-      const bool empty_default = Field(msg, "default_value") && Str(msg, "default_value").empty();
+      const bool empty_default = fg::FieldOf(msg, "default_value") && fg::StringField(msg, "default_value").empty();
       for (Json& cfg : cfgs) {
         if (empty_default) cfg["default_value"] = "0";
         if (!info.grouped) {
@@ -276,7 +259,7 @@ class FgJsonBuilder {
   std::string Asset(const FeatureInfo& info, const Message& msg, const std::string& field,
                     const std::string& configured) {
     std::string path = configured;
-    const std::string asset_dir = Str(msg, "asset_dir");
+    const std::string asset_dir = fg::StringField(msg, "asset_dir");
     if (!asset_dir.empty() && !path.empty() && path[0] != '/') path = JoinPath(asset_dir, path);
     if (!assets_) return path;
     if (!PathExists(path) || IsDirectory(path)) {
@@ -293,23 +276,23 @@ class FgJsonBuilder {
   }
 
   static void AddSeparator(const Message& msg, Json* cfg) {
-    if (Field(msg, "separator") && Str(msg, "separator") != kDefaultSeparator) {
-      (*cfg)["separator"] = Str(msg, "separator");
+    if (fg::FieldOf(msg, "separator") && fg::StringField(msg, "separator") != kDefaultSeparator) {
+      (*cfg)["separator"] = fg::StringField(msg, "separator");
     }
   }
   static void AddNormalizer(const Message& msg, Json* cfg) {
-    if (!Str(msg, "normalizer").empty()) (*cfg)["normalizer"] = Str(msg, "normalizer");
+    if (!fg::StringField(msg, "normalizer").empty()) (*cfg)["normalizer"] = fg::StringField(msg, "normalizer");
   }
   static void AddBoundaries(const Message& msg, Json* cfg) {
-    if (Has(msg, "boundaries")) (*cfg)["boundaries"] = Floats(msg, "boundaries");
+    if (fg::HasField(msg, "boundaries")) (*cfg)["boundaries"] = Floats(msg, "boundaries");
   }
   static void AddStubType(const Message& msg, Json* cfg) {
-    if (Has(msg, "stub_type")) (*cfg)["stub_type"] = Bool(msg, "stub_type");
+    if (fg::HasField(msg, "stub_type")) (*cfg)["stub_type"] = fg::BoolField(msg, "stub_type");
   }
   // The inputs that carry the sequence, when they are not the defaults (item side / the only
   // input). TorchEasyRec's newest tests expect this for simple sequences too.
   static void AddSequenceFields(const FeatureInfo& info, const Message& msg, Json* cfg) {
-    if (info.is_sequence && Has(msg, "sequence_fields")) {
+    if (info.is_sequence && fg::HasField(msg, "sequence_fields")) {
       (*cfg)["sequence_fields"] = Strs(msg, "sequence_fields");
     }
   }
@@ -322,18 +305,18 @@ class FgJsonBuilder {
   // Vocabularies are the effective ones the bucketizer uses: without default_bucketize_value
   // the list gets [default_value, "<OOV>"] in front and the dict {default_value: 0}.
   Bucketize AddBucketizer(const FeatureInfo& info, const Message& msg, Json* cfg) {
-    const bool has_dbv = Has(msg, "default_bucketize_value");
+    const bool has_dbv = fg::HasField(msg, "default_bucketize_value");
     const uint64_t dbv = has_dbv ? Uint(msg, "default_bucketize_value") : 1;
-    const std::string default_value = Str(msg, "default_value");
-    if (Has(msg, "hash_bucket_size")) {
+    const std::string default_value = fg::StringField(msg, "default_value");
+    if (fg::HasField(msg, "hash_bucket_size")) {
       (*cfg)["hash_bucket_size"] = Uint(msg, "hash_bucket_size");
       return Bucketize::kHash;
     }
-    if (Has(msg, "num_buckets")) {
+    if (fg::HasField(msg, "num_buckets")) {
       (*cfg)["num_buckets"] = Uint(msg, "num_buckets");
       return Bucketize::kNumBuckets;
     }
-    if (Has(msg, "vocab_list")) {
+    if (fg::HasField(msg, "vocab_list")) {
       Json list = Json::array();
       if (!has_dbv) list = Json::array({default_value, "<OOV>"});
       for (const std::string& word : Strs(msg, "vocab_list")) list.push_back(word);
@@ -341,12 +324,12 @@ class FgJsonBuilder {
       (*cfg)["default_bucketize_value"] = dbv;
       return Bucketize::kVocabList;
     }
-    if (Has(msg, "vocab_dict")) {
-      const FieldDescriptor* field = Field(msg, "vocab_dict");
+    if (fg::HasField(msg, "vocab_dict")) {
+      const FieldDescriptor* field = fg::FieldOf(msg, "vocab_dict");
       std::vector<std::pair<std::string, uint64_t>> entries;
       for (int i = 0; i < msg.GetReflection()->FieldSize(msg, field); ++i) {
         const Message& entry = msg.GetReflection()->GetRepeatedMessage(msg, field, i);
-        entries.emplace_back(Str(entry, "key"), Uint(entry, "value"));
+        entries.emplace_back(fg::StringField(entry, "key"), Uint(entry, "value"));
       }
       // Protobuf maps have no order; sorted as the bucketizer does, the default added last
       // (or overriding the entry in place, as Python's dict assignment does).
@@ -358,12 +341,12 @@ class FgJsonBuilder {
       (*cfg)["default_bucketize_value"] = dbv;
       return Bucketize::kVocabDict;
     }
-    if (!Str(msg, "vocab_file").empty()) {
-      (*cfg)["vocab_file"] = Asset(info, msg, "vocab_file", Str(msg, "vocab_file"));
+    if (!fg::StringField(msg, "vocab_file").empty()) {
+      (*cfg)["vocab_file"] = Asset(info, msg, "vocab_file", fg::StringField(msg, "vocab_file"));
       (*cfg)["default_bucketize_value"] = dbv;
       return Bucketize::kVocabFile;
     }
-    if (Has(msg, "boundaries")) {
+    if (fg::HasField(msg, "boundaries")) {
       (*cfg)["boundaries"] = Floats(msg, "boundaries");
       return Bucketize::kBoundaries;
     }
@@ -377,11 +360,11 @@ class FgJsonBuilder {
     Json cfg;
     cfg["feature_type"] = info.type;
     cfg["feature_name"] = info.config_name;
-    cfg["default_value"] = Str(msg, "default_value");
-    if (Field(msg, "expression")->is_repeated()) {
+    cfg["default_value"] = fg::StringField(msg, "default_value");
+    if (fg::FieldOf(msg, "expression")->is_repeated()) {
       cfg["expression"] = Strs(msg, "expression");
     } else {
-      cfg["expression"] = Str(msg, "expression");
+      cfg["expression"] = fg::StringField(msg, "expression");
     }
     if (!bool_mask) {
       cfg["value_type"] = "string";
@@ -389,9 +372,9 @@ class FgJsonBuilder {
     }
     AddSeparator(msg, &cfg);
     AddBucketizer(info, msg, &cfg);
-    if (Bool(msg, "weighted")) cfg["weighted"] = true;
+    if (fg::BoolField(msg, "weighted")) cfg["weighted"] = true;
     cfg["value_dim"] = info.value_dim;
-    if (Has(msg, "fg_value_type")) cfg["value_type"] = Str(msg, "fg_value_type");
+    if (fg::HasField(msg, "fg_value_type")) cfg["value_type"] = fg::StringField(msg, "fg_value_type");
     AddStubType(msg, &cfg);
     AddSequenceFields(info, msg, &cfg);
     return {cfg};
@@ -401,8 +384,8 @@ class FgJsonBuilder {
     Json cfg;
     cfg["feature_type"] = "raw_feature";
     cfg["feature_name"] = info.config_name;
-    cfg["default_value"] = Str(msg, "default_value");
-    cfg["expression"] = Str(msg, "expression");
+    cfg["default_value"] = fg::StringField(msg, "default_value");
+    cfg["expression"] = fg::StringField(msg, "expression");
     cfg["value_type"] = "float";
     const uint64_t value_dim = Uint(msg, "value_dim");
     if (value_dim > 1) {
@@ -420,13 +403,13 @@ class FgJsonBuilder {
     Json cfg;
     cfg["feature_type"] = "lookup_feature";
     cfg["feature_name"] = info.config_name;
-    cfg["map"] = Str(msg, "map");
-    cfg["key"] = Str(msg, "key");
-    cfg["default_value"] = Str(msg, "default_value");
+    cfg["map"] = fg::StringField(msg, "map");
+    cfg["key"] = fg::StringField(msg, "key");
+    cfg["default_value"] = fg::StringField(msg, "default_value");
     cfg["value_type"] = "float";
-    cfg["needDiscrete"] = Bool(msg, "need_discrete");
-    cfg["needKey"] = Bool(msg, "need_key");
-    cfg["combiner"] = Lower(Str(msg, "combiner"));
+    cfg["needDiscrete"] = fg::BoolField(msg, "need_discrete");
+    cfg["needKey"] = fg::BoolField(msg, "need_key");
+    cfg["combiner"] = Lower(fg::StringField(msg, "combiner"));
     if (Uint(msg, "value_dim") > 1) {
       // A multi-value lookup: a stub lookup returning the raw value text, split by a raw_feature
       // on value_separator.
@@ -441,9 +424,9 @@ class FgJsonBuilder {
       Json raw;
       raw["feature_type"] = "raw_feature";
       raw["feature_name"] = info.config_name;
-      raw["default_value"] = Str(msg, "default_value");
+      raw["default_value"] = fg::StringField(msg, "default_value");
       raw["expression"] = "feature:" + stub_name;
-      raw["separator"] = Str(msg, "value_separator");
+      raw["separator"] = fg::StringField(msg, "value_separator");
       raw["value_dim"] = Uint(msg, "value_dim");
       raw["value_type"] = "float";
       AddNormalizer(msg, &raw);
@@ -456,7 +439,7 @@ class FgJsonBuilder {
     AddNormalizer(msg, &cfg);
     Bucketize kind = AddBucketizer(info, msg, &cfg);
     if (kind != Bucketize::kNone && kind != Bucketize::kBoundaries) cfg["value_type"] = "string";
-    if (Has(msg, "fg_value_type")) cfg["value_type"] = Str(msg, "fg_value_type");
+    if (fg::HasField(msg, "fg_value_type")) cfg["value_type"] = fg::StringField(msg, "fg_value_type");
     if (cfg["value_type"] == "string") cfg["needDiscrete"] = true;
     if (cfg["needDiscrete"] == true) cfg["combiner"] = "";
     if (cfg["combiner"] == "") cfg["value_dim"] = info.value_dim;
@@ -469,15 +452,15 @@ class FgJsonBuilder {
     Json cfg;
     cfg["feature_type"] = "match_feature";
     cfg["feature_name"] = info.config_name;
-    cfg["user"] = Str(msg, "nested_map");
-    cfg["category"] = Str(msg, "pkey");
-    cfg["item"] = Str(msg, "skey");
-    cfg["matchType"] = Str(msg, "pkey") == "ALL" || Str(msg, "skey") == "ALL" ? "multihit" : "hit";
-    cfg["default_value"] = Str(msg, "default_value");
+    cfg["user"] = fg::StringField(msg, "nested_map");
+    cfg["category"] = fg::StringField(msg, "pkey");
+    cfg["item"] = fg::StringField(msg, "skey");
+    cfg["matchType"] = fg::StringField(msg, "pkey") == "ALL" || fg::StringField(msg, "skey") == "ALL" ? "multihit" : "hit";
+    cfg["default_value"] = fg::StringField(msg, "default_value");
     cfg["value_type"] = "float";
-    cfg["needDiscrete"] = Bool(msg, "need_discrete");
-    cfg["show_category"] = Bool(msg, "show_pkey");
-    cfg["show_item"] = Bool(msg, "show_skey");
+    cfg["needDiscrete"] = fg::BoolField(msg, "need_discrete");
+    cfg["show_category"] = fg::BoolField(msg, "show_pkey");
+    cfg["show_item"] = fg::BoolField(msg, "show_skey");
     AddSeparator(msg, &cfg);
     AddNormalizer(msg, &cfg);
     Bucketize kind = AddBucketizer(info, msg, &cfg);
@@ -485,7 +468,7 @@ class FgJsonBuilder {
       cfg["value_type"] = "string";
       cfg["needDiscrete"] = true;
     }
-    if (Has(msg, "fg_value_type")) cfg["value_type"] = Str(msg, "fg_value_type");
+    if (fg::HasField(msg, "fg_value_type")) cfg["value_type"] = fg::StringField(msg, "fg_value_type");
     if (cfg["needDiscrete"] == true) cfg["value_dim"] = info.value_dim;
     AddStubType(msg, &cfg);
     AddSequenceFields(info, msg, &cfg);
@@ -496,29 +479,29 @@ class FgJsonBuilder {
     Json cfg;
     cfg["feature_type"] = "expr_feature";
     cfg["feature_name"] = info.config_name;
-    cfg["expression"] = Str(msg, "expression");
+    cfg["expression"] = fg::StringField(msg, "expression");
     cfg["variables"] = Strs(msg, "variables");
-    cfg["default_value"] = Str(msg, "default_value");
+    cfg["default_value"] = fg::StringField(msg, "default_value");
     cfg["value_type"] = "float";
     AddSeparator(msg, &cfg);
-    if (Has(msg, "fill_missing")) {
+    if (fg::HasField(msg, "fill_missing")) {
       const auto& expr = static_cast<const protos::ExprFeature&>(msg);
       cfg["fill_missing"] = static_cast<double>(expr.fill_missing());
     }
-    if (Has(msg, "hash_bucket_size")) {
+    if (fg::HasField(msg, "hash_bucket_size")) {
       cfg["hash_bucket_size"] = Uint(msg, "hash_bucket_size");  // hashes the float's text
-    } else if (Has(msg, "num_buckets")) {
+    } else if (fg::HasField(msg, "num_buckets")) {
       cfg["num_buckets"] = Uint(msg, "num_buckets");
       cfg["value_type"] = "int64";
     } else {
       AddBoundaries(msg, &cfg);
     }
     // pyfg needs value_dim for sequences (bool_mask consumers).
-    if (Has(msg, "value_dim") || info.is_sequence) cfg["value_dim"] = info.value_dim;
-    if (Has(msg, "fg_value_type")) {
-      const std::string value_type = Str(msg, "fg_value_type");
+    if (fg::HasField(msg, "value_dim") || info.is_sequence) cfg["value_dim"] = info.value_dim;
+    if (fg::HasField(msg, "fg_value_type")) {
+      const std::string value_type = fg::StringField(msg, "fg_value_type");
       if (StartsWith(value_type, "int") &&
-          (Has(msg, "boundaries") || Has(msg, "hash_bucket_size"))) {
+          (fg::HasField(msg, "boundaries") || fg::HasField(msg, "hash_bucket_size"))) {
         Fail(info.config_path, ".fg_value_type '", value_type,
              "' cannot be combined with boundaries or hash_bucket_size");
       }
@@ -534,7 +517,7 @@ class FgJsonBuilder {
         "is_equal",           "is_contain",         "index_of",
         "query_common_ratio", "title_common_ratio", "proximity_min_dist",
         "proximity_max_dist", "proximity_avg_dist", "proximity_min_cover"};
-    const std::string method = Str(msg, "method");
+    const std::string method = fg::StringField(msg, "method");
     if (!kMethods.count(method)) {
       Fail(info.config_path, ".method: invalid method '", method, "' (known: ",
            Join(std::vector<std::string>(kMethods.begin(), kMethods.end()), ", "), ")");
@@ -542,11 +525,11 @@ class FgJsonBuilder {
     Json cfg;
     cfg["feature_type"] = "overlap_feature";
     cfg["feature_name"] = info.config_name;
-    cfg["query"] = Str(msg, "query");
-    cfg["title"] = Str(msg, "title");
+    cfg["query"] = fg::StringField(msg, "query");
+    cfg["title"] = fg::StringField(msg, "title");
     cfg["method"] = method;
     cfg["value_type"] = "float";
-    cfg["separator"] = Str(msg, "separator");  // always written for overlap
+    cfg["separator"] = fg::StringField(msg, "separator");  // always written for overlap
     AddNormalizer(msg, &cfg);
     AddBoundaries(msg, &cfg);
     AddStubType(msg, &cfg);
@@ -558,12 +541,12 @@ class FgJsonBuilder {
     Json cfg;
     cfg["feature_type"] = "kv_dot_product";
     cfg["feature_name"] = info.config_name;
-    cfg["default_value"] = Str(msg, "default_value");
-    cfg["query"] = Str(msg, "query");
-    cfg["document"] = Str(msg, "document");
+    cfg["default_value"] = fg::StringField(msg, "default_value");
+    cfg["query"] = fg::StringField(msg, "query");
+    cfg["document"] = fg::StringField(msg, "document");
     AddSeparator(msg, &cfg);
-    if (Has(msg, "kv_delimiter")) {
-      const std::string delimiter = Str(msg, "kv_delimiter");
+    if (fg::HasField(msg, "kv_delimiter")) {
+      const std::string delimiter = fg::StringField(msg, "kv_delimiter");
       if (delimiter.size() != 1) {
         Fail(info.config_path, ".kv_delimiter: invalid kv_delimiter '", delimiter,
              "' (one character)");
