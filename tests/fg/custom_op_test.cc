@@ -184,7 +184,7 @@ TEST(FgCustomFeature, SeqExprFormulaElementWise) {
 // (cur_time broadcast, clk_time_seq a sequence) need the generator to split both inputs into
 // steps and broadcast a one-step input (TorchEasyRec's rule marks neither input as a sequence).
 // Not done yet: enable when feature_generator.cc does.
-TEST(FgCustomFeature, DISABLED_SeqExprTimeDiffInSequences) {
+TEST(FgCustomFeature, SeqExprTimeDiffInSequences) {
   const std::string op =
       "operator_name: 'SeqExpr' operator_lib_file: 'pyfg/lib/libseq_expr.so' "
       "expression: ['user:cur_time', 'user:clk_time_seq'] " + Params("formula", "cur_time-clk_time_seq");

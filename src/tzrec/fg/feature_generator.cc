@@ -1088,11 +1088,16 @@ void FeatureGenerator::GenerateRows(const RecordBatch& batch, size_t row_begin, 
         // Sequence: split sequence inputs into steps; other inputs apply to every step.
         size_t num_steps = 0;
         bool any_sequence = false;
+        // custom_feature (pyfg's SeqExpr: cur_time - clk_time_seq): a one-step input
+        // broadcasts over the other inputs' steps.
+        const bool broadcast_one_step = info.type == "custom_feature" && fg_mode_ != protos::FG_BUCKETIZE;
         for (size_t k = 0; k < inputs.size(); ++k) {
           if (inputs[k].is_all) continue;
           if (inputs[k].is_sequence || fg_mode_ == protos::FG_BUCKETIZE) {
             CellSteps(sources[k], row, info.sequence_delim, separator, &steps[k]);
-            if (any_sequence && !steps[k].missing && num_steps != 0 && steps[k].steps.size() != num_steps) {
+            const size_t n = steps[k].steps.size();
+            const bool broadcasts = broadcast_one_step && (n == 1 || num_steps == 1);
+            if (any_sequence && !steps[k].missing && num_steps != 0 && n != num_steps && !broadcasts) {
               Fail(writer.Where(batch, row), "sequence inputs have different lengths (",
                    num_steps, " vs ", steps[k].steps.size(), ")");
             }
@@ -1108,8 +1113,9 @@ void FeatureGenerator::GenerateRows(const RecordBatch& batch, size_t row_begin, 
           for (size_t k = 0; k < inputs.size(); ++k) {
             if (inputs[k].is_all || !(inputs[k].is_sequence || fg_mode_ == protos::FG_BUCKETIZE)) continue;
             items[k].Reset();
-            if (s < steps[k].steps.size()) {
-              FillItems(steps[k].steps[s], steps[k].item_separator, inputs[k].raw_text, &items[k]);
+            const size_t step = broadcast_one_step && steps[k].steps.size() == 1 ? 0 : s;
+            if (step < steps[k].steps.size()) {
+              FillItems(steps[k].steps[step], steps[k].item_separator, inputs[k].raw_text, &items[k]);
             }
           }
           compute(row);

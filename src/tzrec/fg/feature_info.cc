@@ -215,6 +215,13 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
       input.column = info.sequence_name + "__" + input.name;
     }
   }
+  // pyfg's sequence custom operators (SeqExpr: cur_time - clk_time_seq, both user-side) find
+  // the sequence in inputs TorchEasyRec's rule above does not mark: when it marks none, every
+  // input is split into steps (columns unchanged; the generator broadcasts one-step inputs).
+  if (type == "custom_feature" && info.is_sequence && seq_fields.empty() &&
+      std::none_of(info.inputs.begin(), info.inputs.end(), [](const FeatureInput& in) { return in.is_sequence; })) {
+    for (FeatureInput& input : info.inputs) input.is_sequence = input.side != Side::kConst;
+  }
   if (type == "bool_mask_feature" && info.inputs.size() != 2) {
     Fail(where, ".expression needs exactly 2 inputs (values, mask)");
   }

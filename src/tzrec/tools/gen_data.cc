@@ -507,6 +507,15 @@ class Generator {
       }
       return Number(info, normal, rng);
     }
+    if (t == "custom_feature") {
+      // Text for the string operators (EditDistance, RegexReplace), numbers otherwise (SeqExpr
+      // formulas, distances).
+      const std::string op = static_cast<const protos::CustomFeature&>(*info.config).operator_name();
+      if (op == "EditDistance" || op == "RegexReplace") {
+        return "w" + std::to_string(SampleZipf(rng, 30, 1.1)) + "w" + std::to_string(rng() % 5);
+      }
+      return FormatFloat(100.0 * uniform(rng));
+    }
     if (t == "tokenize_feature") {
       static const char* kWords[] = {"red", "blue", "shoe", "dress", "phone", "case", "summer",
                                      "winter", "sale", "new", "women", "men", "kids", "sport"};
