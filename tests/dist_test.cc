@@ -152,7 +152,7 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
     return StrCat(R"({"data_config.batch_size": )", batch_size,
                   R"(, "data_config.shuffle": false, "data_config.num_workers": 1,
                       "train_config.num_epochs": 0, "train_config.num_steps": )", steps,
-                  R"(, "train_config.save_checkpoints_epochs": 0})");
+                  R"(, "train_config.save_checkpoints_epochs": 0, "train_config.log_step_count_steps": 1})");
   };
   const std::string common = std::string(TZREC_BINARY) + " train_eval --pipeline_config_path=" + config +
                              " --eval_input_path='" + dir.File("data/eval/*.csv") + "'";
@@ -179,6 +179,23 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
     EXPECT_TRUE(kv.second.allclose(y[kv.first], 1e-4, 1e-5))
         << kv.first << " max diff " << (kv.second - y[kv.first]).abs().max().item<float>();
   }
+  // The logged loss curve (global-batch losses) is the same.
+  auto curve = [](const std::string& output, const std::string& prefix) {
+    std::vector<double> losses;
+    std::istringstream in(output);
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t at = line.find(" total_loss: ");
+      if (at == std::string::npos || line.rfind(prefix, 0) != 0) continue;
+      losses.push_back(std::stod(line.substr(at + 13)));
+    }
+    return losses;
+  };
+  auto loss_one = curve(one.output, "");
+  auto loss_two = curve(two.output, "[rank 0]");
+  ASSERT_EQ(loss_one.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(loss_two.size(), loss_one.size());
+  for (size_t i = 0; i < loss_one.size(); ++i) EXPECT_NEAR(loss_one[i], loss_two[i], 2e-5) << "step " << i;
   // Eval metrics over all eval rows (each rank evaluated half) match the one-process run.
   auto last_line = [](const std::string& path) { return ReadLines(path).back(); };
   auto m1 = nlohmann::json::parse(last_line(dir.File("one/train_eval_result_v2.txt")));
@@ -263,6 +280,30 @@ TEST(Distributed, ShardingConstraintsAreCheckedByThePlanner) {
       "train_config.num_epochs": 1})");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("\"sharding_type\": \"data_parallel\""), std::string::npos) << ok.output;
+}
+
+// Ranks started with different configs refuse to train.
+TEST(Distributed, MismatchedConfigsAreDetectedAtStart) {
+  testing::TempDir dir;
+  const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
+  auto cfg = LoadPipelineConfig(config);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = 500;
+  gen.eval_rows = 100;
+  gen.num_files = 2;
+  auto data = GenerateMockData(cfg, gen);
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 PROCESS_GROUP_TIMEOUT_SECONDS=20 MASTER_PORT=" +
+                          std::to_string(FreePort()) + " ";
+  auto command = [&](int rank, int batch) {
+    return env + "RANK=" + std::to_string(rank) + " " + TZREC_BINARY + " train_eval --pipeline_config_path=" +
+           config + " --model_dir=" + dir.File("m") + " --train_input_path='" + data.train_pattern +
+           "' --edit_config_json='{\"data_config.batch_size\": " + std::to_string(batch) + "}'";
+  };
+  ShellRun run = RunShell("(" + command(1, 64) + " > " + dir.File("rank1.log") + " 2>&1 &) ; " + command(0, 32));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("rank 1 has a different pipeline config than rank 0"), std::string::npos)
+      << run.output;
 }
 
 // A rank killed in the middle of training ends the whole job quickly, naming the rank.

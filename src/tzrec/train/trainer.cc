@@ -394,13 +394,27 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                       static_cast<long long>(epoch), static_cast<long long>(i_step), rate,
                       pipeline.sparse_optimizer->lr(), DenseLearningRate(*pipeline.dense_optimizer));
         std::string line = head;
+        // Distributed: the losses of the global batch (mean of the ranks' local means), so the
+        // curve reads the same whatever the number of ranks.
+        std::vector<double> values;
+        for (auto& kv : losses) values.push_back(kv.second.item<double>());
+        values.push_back(total.item<double>());
+        if (pg) {
+          std::vector<at::Tensor> sums = {
+              at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, at::kDouble).clone()};
+          pg->AllReduceSum(sums);
+          for (size_t v = 0; v < values.size(); ++v) {
+            values[v] = sums[0].data_ptr<double>()[v] / pg->world_size();
+          }
+        }
+        size_t v = 0;
         for (auto& kv : losses) {
           char buf[96];
-          std::snprintf(buf, sizeof(buf), " %s:%.5f", kv.first.c_str(), kv.second.item<double>());
+          std::snprintf(buf, sizeof(buf), " %s:%.5f", kv.first.c_str(), values[v++]);
           line += buf;
         }
         char tail[64];
-        std::snprintf(tail, sizeof(tail), " total_loss: %.5f", total.item<double>());
+        std::snprintf(tail, sizeof(tail), " total_loss: %.5f", values.back());
         LOG_INFO << line << tail;
         LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report();
       }
