@@ -202,6 +202,19 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
   auto m2 = nlohmann::json::parse(last_line(dir.File("two/train_eval_result_v2.txt")));
   EXPECT_NEAR(m1["auc"].get<double>(), m2["auc"].get<double>(), 1e-3);
   EXPECT_NEAR(m1["binary_cross_entropy"].get<double>(), m2["binary_cross_entropy"].get<double>(), 1e-4);
+  // `tzrec eval` under launch: each rank evaluates half, rank 0 writes the summed result.
+  const std::string eval_args = " eval --pipeline_config_path=" + dir.File("two/pipeline.config") +
+                                " --eval_input_path='" + dir.File("data/eval/*.csv") + "'";
+  ShellRun eval_two = RunShell("OMP_NUM_THREADS=1 " + std::string(TZREC_BINARY) + " launch --nproc_per_node 2 --master_port " +
+                               std::to_string(FreePort()) + " --" + eval_args + " --eval_result_filename=eval2.txt");
+  ASSERT_EQ(eval_two.exit_code, 0) << eval_two.output;
+  ShellRun eval_one = RunShell(std::string(TZREC_BINARY) + eval_args + " --eval_result_filename=eval1.txt");
+  ASSERT_EQ(eval_one.exit_code, 0) << eval_one.output;
+  auto e1 = nlohmann::json::parse(last_line(dir.File("two/eval1.txt")));
+  auto e2 = nlohmann::json::parse(last_line(dir.File("two/eval2.txt")));
+  EXPECT_EQ(ReadLines(dir.File("two/eval2.txt")).size(), 1u);
+  EXPECT_NEAR(e1["auc"].get<double>(), e2["auc"].get<double>(), 1e-6);
+  EXPECT_NEAR(e1["binary_cross_entropy"].get<double>(), e2["binary_cross_entropy"].get<double>(), 1e-6);
 }
 
 }  // namespace

@@ -447,10 +447,14 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   std::string ckpt_source = options.checkpoint_path.empty() ? config.model_dir() : options.checkpoint_path;
   auto ckpt = LatestCheckpoint(ckpt_source);
   if (!ckpt) Fail("no checkpoint found at '", ckpt_source, "'");
+  // Under tzrec launch / torchrun every rank evaluates its share; metrics are summed.
+  const DistEnv dist = ReadDistEnv();
+  std::unique_ptr<ProcessGroup> pg;
+  if (dist.distributed()) pg = ProcessGroup::Create(dist);
   Pipeline pipeline;
   BuildFeatures(config, &pipeline);
   Dataset eval_data(config.data_config(), pipeline.FeaturePointers(), config.eval_input_path(),
-                    DatasetMode::kEval, DataSeed(), pipeline.generator);
+                    DatasetMode::kEval, DataSeed(), pipeline.generator, dist.rank, dist.world_size);
   BuildModel(config, /*with_optimizers=*/false, &pipeline);
   RestoreOptions restore;
   restore.restore_optimizer = false;
@@ -459,9 +463,10 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   std::string result_file;
   if (!options.eval_result_filename.empty()) {
     result_file = JoinPath(config.model_dir(), options.eval_result_filename);
-    MakeDirs(config.model_dir());
+    if (dist.rank == 0) MakeDirs(config.model_dir());
   }
-  return RunEvaluation(*pipeline.model, eval_data, config.eval_config(), ckpt->step, -1, result_file);
+  return RunEvaluation(*pipeline.model, eval_data, config.eval_config(), ckpt->step, -1, result_file,
+                       pg.get());
 }
 
 }  // namespace tzrec
