@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/embedding/table_shard.h"
+
 namespace tzrec {
 
 struct DistEnv {
@@ -74,6 +76,25 @@ class ProcessGroup {
   struct Impl;  // the c10d objects (their headers stay out of this one)
   DistEnv env_;
   std::unique_ptr<Impl> impl_;
+};
+
+// The collectives model-parallel embedding tables use, over a ProcessGroup.
+class ProcessGroupShardComm : public ShardComm {
+ public:
+  explicit ProcessGroupShardComm(ProcessGroup* pg) : pg_(pg) {}
+  int rank() const override { return pg_->rank(); }
+  int world_size() const override { return pg_->world_size(); }
+  std::vector<int64_t> ExchangeCounts(const std::vector<int64_t>& send_counts) override {
+    return pg_->ExchangeCounts(send_counts);
+  }
+  at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                      const std::vector<int64_t>& recv_counts) override {
+    return pg_->AllToAll(input, send_counts, recv_counts);
+  }
+  at::Tensor AllGather(const at::Tensor& input) override { return pg_->AllGather(input); }
+
+ private:
+  ProcessGroup* pg_;
 };
 
 }  // namespace tzrec

@@ -18,20 +18,18 @@ const std::vector<std::string> kKnownShardingTypes = {
 const std::vector<std::string> kKnownKernels = {"dense", "fused", "fused_uvm", "fused_uvm_caching",
                                                 "key_value"};
 
-void CheckConstraints(const protos::ParameterConstraints& c, const std::string& where) {
+const std::vector<std::string> kImplemented = {"data_parallel", "table_wise", "row_wise",
+                                               "column_wise"};
+
+// Checks a constraint and narrows `allowed` (sharding types) to what it permits.
+void ApplyConstraints(const protos::ParameterConstraints& c, const std::string& where,
+                      std::vector<std::string>* allowed) {
   for (const auto& type : c.sharding_types()) {
     if (std::find(kKnownShardingTypes.begin(), kKnownShardingTypes.end(), type) ==
         kKnownShardingTypes.end()) {
       Fail(where, ".sharding_types: unknown sharding type '", type, "'; known: ",
            Join(kKnownShardingTypes, ", "));
     }
-  }
-  if (c.sharding_types_size() > 0 &&
-      std::find(c.sharding_types().begin(), c.sharding_types().end(), "data_parallel") ==
-          c.sharding_types().end()) {
-    Fail(where, ".sharding_types: [", Join({c.sharding_types().begin(), c.sharding_types().end()}, ", "),
-         "]: not supported yet (only data_parallel is implemented; table_wise, row_wise and "
-         "column_wise sharding are planned)");
   }
   for (const auto& kernel : c.compute_kernels()) {
     if (std::find(kKnownKernels.begin(), kKnownKernels.end(), kernel) == kKnownKernels.end()) {
@@ -45,39 +43,98 @@ void CheckConstraints(const protos::ParameterConstraints& c, const std::string& 
     Fail(where, ".compute_kernels: [", Join({c.compute_kernels().begin(), c.compute_kernels().end()}, ", "),
          "]: not supported yet (tables use the fused CPU kernel)");
   }
+  if (c.sharding_types_size() == 0) return;
+  std::vector<std::string> kept;
+  for (const auto& type : *allowed) {
+    if (std::find(c.sharding_types().begin(), c.sharding_types().end(), type) != c.sharding_types().end()) {
+      kept.push_back(type);
+    }
+  }
+  if (kept.empty()) {
+    Fail(where, ".sharding_types: [", Join({c.sharding_types().begin(), c.sharding_types().end()}, ", "),
+         "]: not supported yet (implemented: ", Join(kImplemented, ", "),
+         "; the table's other constraints may exclude the rest)");
+  }
+  *allowed = kept;
 }
 
 }  // namespace
 
 std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
                                     const std::vector<const Feature*>& features, int world_size) {
+  std::vector<std::string> global = kImplemented;
   if (config.train_config().has_global_embedding_constraints()) {
-    CheckConstraints(config.train_config().global_embedding_constraints(),
-                     "train_config.global_embedding_constraints");
+    ApplyConstraints(config.train_config().global_embedding_constraints(),
+                     "train_config.global_embedding_constraints", &global);
   }
-  // Per-feature constraints, by feature name.
-  for (const fg::FeatureInfo& info :
-       fg::DescribeFeatures(config.feature_configs(), config.data_config().fg_mode())) {
-    const auto* field = info.config->GetDescriptor()->FindFieldByName("embedding_constraints");
-    if (!field || !info.config->GetReflection()->HasField(*info.config, field)) continue;
-    const auto& constraints = static_cast<const protos::ParameterConstraints&>(
-        info.config->GetReflection()->GetMessage(*info.config, field));
-    CheckConstraints(constraints, info.config_path + ".embedding_constraints");
-  }
+  // Tables by name, with what their features' constraints allow.
   std::map<std::string, TablePlan> tables;
+  std::map<std::string, std::vector<std::string>> allowed;
+  std::map<std::string, const Feature*> by_name;
+  for (const Feature* f : features) by_name[f->name()] = f;
   for (const Feature* f : features) {
     if (!f->is_sparse()) continue;
     TablePlan& plan = tables[f->embedding_name()];
     plan.table = f->embedding_name();
     plan.rows = f->num_embeddings();
     plan.dim = f->embedding_dim();
+    if (!allowed.count(plan.table)) allowed[plan.table] = global;
+  }
+  for (const fg::FeatureInfo& info :
+       fg::DescribeFeatures(config.feature_configs(), config.data_config().fg_mode())) {
+    const auto* field = info.config->GetDescriptor()->FindFieldByName("embedding_constraints");
+    if (!field || !info.config->GetReflection()->HasField(*info.config, field)) continue;
+    const auto& constraints = static_cast<const protos::ParameterConstraints&>(
+        info.config->GetReflection()->GetMessage(*info.config, field));
+    auto it = by_name.find(info.name);
+    std::vector<std::string> scratch = global;
+    std::vector<std::string>* target = &scratch;
+    if (it != by_name.end() && it->second->is_sparse()) target = &allowed[it->second->embedding_name()];
+    ApplyConstraints(constraints, info.config_path + ".embedding_constraints", target);
   }
   std::vector<TablePlan> out;
-  for (auto& kv : tables) {
-    for (int r = 0; r < world_size; ++r) kv.second.ranks.push_back(r);
-    out.push_back(kv.second);
+  std::vector<int64_t> load(world_size, 0);
+  // Largest tables first, so table_wise ones spread evenly.
+  std::vector<TablePlan*> order;
+  for (auto& kv : tables) order.push_back(&kv.second);
+  std::stable_sort(order.begin(), order.end(), [](const TablePlan* a, const TablePlan* b) {
+    return a->rows * a->dim > b->rows * b->dim;
+  });
+  for (TablePlan* plan : order) {
+    const std::vector<std::string>& types = allowed[plan->table];
+    plan->sharding_type = world_size == 1 ? "data_parallel" : types.front();
+    if (plan->sharding_type == "column_wise" && plan->dim < world_size) {
+      Fail("embedding table '", plan->table, "': column_wise needs embedding_dim >= the number of "
+           "ranks (", plan->dim, " < ", world_size, ")");
+    }
+    if (plan->sharding_type == "table_wise") {
+      const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[owner] += plan->rows * plan->dim;
+      plan->ranks = {owner};
+    } else {
+      for (int r = 0; r < world_size; ++r) plan->ranks.push_back(r);
+    }
   }
+  for (auto& kv : tables) out.push_back(kv.second);
   return out;
+}
+
+std::map<std::string, TableShard> ShardsForRank(const std::vector<TablePlan>& plan, int rank,
+                                                int world_size) {
+  std::map<std::string, TableShard> shards;
+  for (const TablePlan& t : plan) {
+    TableShard shard;
+    shard.type = TableShard::ParseType(t.sharding_type);
+    if (!shard.sharded()) continue;
+    shard.rows = t.rows;
+    shard.dim = t.dim;
+    shard.world_size = world_size;
+    shard.rank = rank;
+    shard.owner = t.ranks.empty() ? 0 : t.ranks.front();
+    shard.block_rows = (t.rows + world_size - 1) / world_size;
+    shards[t.table] = shard;
+  }
+  return shards;
 }
 
 std::string PlanToJson(const std::vector<TablePlan>& plan) {

@@ -3,16 +3,20 @@
 // `global_embedding_constraints` (sharding_types, compute_kernels), as TorchRec's planner
 // does for TorchEasyRec. No LibTorch.
 //
-// Implemented sharding: data_parallel (every rank holds the whole table; gradients are merged
-// over ranks, see data_parallel.h). table_wise / row_wise / column_wise are planned; a
-// constraint that excludes data_parallel fails with "not supported yet" naming the field.
-// The plan is logged at start and saved as `plan.json` in every checkpoint.
+// Sharding types: data_parallel (every rank holds the whole table; gradients merged over ranks,
+// data_parallel.h), table_wise (one rank, tables spread by size), row_wise (row blocks) and
+// column_wise (column slices), see embedding/table_shard.h. Without constraints a table is
+// data_parallel; with them, the first allowed type in that order (TorchRec's planner would
+// cost them; this rule is predictable). table_row_wise / table_column_wise / grid_shard fail
+// with "not supported yet". The plan is logged at start and saved as `plan.json`.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "tzrec/embedding/table_shard.h"
 #include "tzrec/protos/pipeline.pb.h"
 
 namespace tzrec {
@@ -33,5 +37,9 @@ std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
                                     const std::vector<const Feature*>& features, int world_size);
 
 std::string PlanToJson(const std::vector<TablePlan>& plan);
+
+// This rank's placement of every model-parallel table of `plan` (data_parallel ones omitted).
+std::map<std::string, TableShard> ShardsForRank(const std::vector<TablePlan>& plan, int rank,
+                                                int world_size);
 
 }  // namespace tzrec

@@ -1,10 +1,14 @@
 #include "tzrec/embedding/embedding_group.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "tzrec/common/error.h"
 #include "tzrec/embedding/fused_lookup.h"
+#include "tzrec/embedding/sharded_lookup.h"
 
 namespace tzrec {
 
@@ -89,17 +93,34 @@ int EmbeddingGroup::GetOrCreateLookup(const Feature* feature, int table) {
   return static_cast<int>(lookups_.size() - 1);
 }
 
-void EmbeddingGroup::Materialize(const SparseOptimizer* optimizer) {
+void EmbeddingGroup::Materialize(const SparseOptimizer* optimizer,
+                                 const std::map<std::string, TableShard>& shards, ShardComm* comm) {
   TZREC_CHECK(storages_.empty(), "embedding group materialized twice");
-  std::map<int, EmbeddingStorage*> by_dim;
+  comm_ = comm;
+  std::map<int, size_t> storage_of_dim;
+  std::vector<size_t> storage_of_table;
   tables_.clear();
   for (const TableSpec& spec : table_specs_) {
-    EmbeddingStorage*& storage = by_dim[spec.dim];
-    if (!storage) {
-      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer));
-      storage = storages_.back().get();
+    auto sharded = shards.find(spec.name);
+    if (sharded != shards.end() && sharded->second.sharded()) {
+      TZREC_CHECK(comm != nullptr, "sharded table '", spec.name, "' without a process group");
+      const TableShard& shard = sharded->second;
+      storages_.push_back(std::make_unique<EmbeddingStorage>(shard.local_dim(shard.rank), optimizer));
+      storage_shards_.push_back(shard);
+      storage_out_dims_.push_back(spec.dim);
+      storage_of_table.push_back(storages_.size() - 1);
+      tables_.push_back(storages_.back()->AddTable(spec.name, shard.local_rows(shard.rank), spec.trainable));
+      continue;
     }
-    tables_.push_back(storage->AddTable(spec.name, spec.rows, spec.trainable));
+    auto it = storage_of_dim.find(spec.dim);
+    if (it == storage_of_dim.end()) {
+      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer));
+      storage_shards_.push_back(TableShard{});
+      storage_out_dims_.push_back(spec.dim);
+      it = storage_of_dim.emplace(spec.dim, storages_.size() - 1).first;
+    }
+    storage_of_table.push_back(it->second);
+    tables_.push_back(storages_[it->second]->AddTable(spec.name, spec.rows, spec.trainable));
   }
   // Fail clearly before the allocator does ("can't allocate memory: you tried to allocate
   // 26135627264 bytes" names no table).
@@ -120,7 +141,24 @@ void EmbeddingGroup::Materialize(const SparseOptimizer* optimizer) {
          "); reduce num_buckets / hash_bucket_size, e.g. --edit_config_json='{\"feature_configs[",
          "id_feature.num_buckets>1000000].id_feature.num_buckets\": 1000000}'");
   }
-  for (auto& storage : storages_) storage->Allocate();
+  for (auto& storage : storages_) storage->Allocate(/*initialize=*/false);
+  // Initialise in the order one process would (tables grouped by dim in order of first
+  // appearance), so every rank, sharded or not, draws the same random values.
+  std::vector<int> dims;
+  for (const TableSpec& spec : table_specs_) {
+    if (std::find(dims.begin(), dims.end(), spec.dim) == dims.end()) dims.push_back(spec.dim);
+  }
+  for (int dim : dims) {
+    for (size_t i = 0; i < table_specs_.size(); ++i) {
+      const TableSpec& spec = table_specs_[i];
+      if (spec.dim != dim) continue;
+      const size_t s = storage_of_table[i];
+      const TableShard& shard = storage_shards_[s];
+      storages_[s]->InitializeTable(tables_[i], spec.rows, spec.dim,
+                                    shard.sharded() ? shard.row_begin(shard.rank) : 0,
+                                    shard.sharded() ? shard.column_begin(shard.rank) : 0);
+    }
+  }
   table_bytes_ = bytes;
   storage_lookups_.assign(storages_.size(), {});
   for (size_t i = 0; i < lookups_.size(); ++i) {
@@ -149,7 +187,100 @@ int EmbeddingGroup::GroupTotalDim(const std::string& name) const {
   return total;
 }
 
+at::Tensor EmbeddingGroup::LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns) {
+  at::Tensor rows = logical.narrow(0, shard.row_begin(shard.rank), shard.local_rows(shard.rank));
+  if (!columns || shard.type != TableShard::Type::kColumnWise) return rows;
+  return rows.narrow(1, shard.column_begin(shard.rank), shard.local_dim(shard.rank));
+}
+
+std::map<std::string, std::map<std::string, at::Tensor>> EmbeddingGroup::GatherShardedTables() const {
+  std::map<std::string, std::map<std::string, at::Tensor>> out;
+  for (EmbeddingTable* table : tables_) {
+    const TableShard* shard = ShardOf(table);
+    if (!shard) continue;
+    const int world = shard->world_size;
+    std::vector<std::pair<std::string, at::Tensor>> parts = {{"weight", table->weight()}};
+    for (auto& kv : table->optimizer_state()) parts.push_back(kv);
+    const auto& spec = table->storage()->optimizer().spec();
+    for (auto& [name, local] : parts) {
+      // Width of this tensor on rank r: the weight's local dim, or the state slice's width.
+      auto width_on = [&](int r) {
+        const int local_dim = shard->local_dim(r);
+        if (name == "weight") return local_dim;
+        for (const auto& slice : spec.StateSlices(std::max(local_dim, 1))) {
+          if (slice.name == name) return slice.width;
+        }
+        return local_dim;
+      };
+      int64_t max_rows = 0;
+      int max_width = 0;
+      for (int r = 0; r < world; ++r) {
+        max_rows = std::max(max_rows, shard->local_rows(r));
+        max_width = std::max(max_width, width_on(r));
+      }
+      at::Tensor padded = at::zeros({std::max<int64_t>(max_rows, 1), std::max(max_width, 1)}, at::kFloat);
+      if (local.size(0) > 0 && local.size(1) > 0) {
+        padded.narrow(0, 0, local.size(0)).narrow(1, 0, local.size(1)).copy_(local);
+      }
+      at::Tensor all = comm_->AllGather(padded);
+      const int64_t stride = padded.size(0);
+      at::Tensor logical;
+      if (shard->type == TableShard::Type::kColumnWise && width_on(0) == shard->local_dim(0)) {
+        std::vector<at::Tensor> columns;
+        for (int r = 0; r < world; ++r) {
+          columns.push_back(all.narrow(0, r * stride, shard->rows).narrow(1, 0, width_on(r)));
+        }
+        logical = at::cat(columns, 1);
+      } else if (shard->type == TableShard::Type::kColumnWise) {
+        // Per-row state (row-wise Adagrad) of a column shard: rank 0's stands for the row.
+        logical = all.narrow(0, 0, shard->rows).narrow(1, 0, width_on(0)).clone();
+      } else {
+        std::vector<at::Tensor> blocks;
+        for (int r = 0; r < world; ++r) {
+          if (shard->local_rows(r) > 0) {
+            blocks.push_back(all.narrow(0, r * stride, shard->local_rows(r)).narrow(1, 0, width_on(r)));
+          }
+        }
+        logical = at::cat(blocks, 0);
+      }
+      out[table->name()][name] = logical.contiguous();
+    }
+  }
+  return out;
+}
+
+bool EmbeddingGroup::has_sharded_tables() const {
+  for (const TableShard& shard : storage_shards_) {
+    if (shard.sharded()) return true;
+  }
+  return false;
+}
+
+void EmbeddingGroup::ForwardEmpty() {
+  at::Tensor no_values = at::zeros({0}, at::kLong);
+  at::Tensor one_offset = at::zeros({1}, at::kLong);
+  for (size_t s = 0; s < storages_.size(); ++s) {
+    if (!storage_shards_[s].sharded() || storage_lookups_[s].empty()) continue;
+    std::vector<LookupTensors> inputs;
+    for (int i : storage_lookups_[s]) {
+      inputs.push_back({no_values, one_offset, tables_[lookups_[i].table],
+                        lookups_[i].feature->pooling() == "mean"});
+    }
+    ShardedPooledLookup(storages_[s].get(), storage_shards_[s], comm_, inputs, 0, /*training=*/false);
+  }
+}
+
+const TableShard* EmbeddingGroup::ShardOf(const EmbeddingTable* table) const {
+  for (size_t s = 0; s < storages_.size(); ++s) {
+    if (storages_[s].get() == table->storage()) {
+      return storage_shards_[s].sharded() ? &storage_shards_[s] : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 std::vector<EmbeddingTable*> EmbeddingGroup::tables() const { return tables_; }
+
 
 std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch, bool training) {
   TZREC_CHECK(materialized(), "EmbeddingGroup::Materialize was not called");
@@ -169,7 +300,10 @@ std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch, bo
       storage_of[i] = static_cast<int>(s);
       position_of[i] = static_cast<int>(k);
     }
-    storage_out[s] = StoragePooledLookup(storages_[s].get(), inputs, batch.size, training);
+    storage_out[s] = storage_shards_[s].sharded()
+                         ? ShardedPooledLookup(storages_[s].get(), storage_shards_[s], comm_, inputs,
+                                               batch.size, training)
+                         : StoragePooledLookup(storages_[s].get(), inputs, batch.size, training);
   }
   std::map<std::string, at::Tensor> out;
   for (const auto& name : group_order_) {
@@ -180,7 +314,7 @@ std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch, bo
     auto flush = [&]() {
       if (run_storage < 0) return;
       const at::Tensor& full = storage_out[run_storage];
-      const int64_t dim = storages_[run_storage]->dim();
+      const int64_t dim = storage_out_dims_[run_storage];
       parts.push_back(run_begin == 0 && run_end * dim == full.size(1)
                           ? full
                           : full.narrow(1, run_begin * dim, (run_end - run_begin) * dim));

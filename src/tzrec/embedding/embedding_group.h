@@ -10,6 +10,8 @@
 // (its state sits beside each row). Not thread-safe (one per model).
 #pragma once
 
+#include <deque>
+
 #include <ATen/core/Tensor.h>
 
 #include <map>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "tzrec/embedding/embedding_storage.h"
+#include "tzrec/embedding/table_shard.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/protos/model.pb.h"
 #include "tzrec/train/batch.h"
@@ -36,8 +39,11 @@ class EmbeddingGroup {
   int GroupTotalDim(const std::string& name) const;
   const std::vector<std::string>& group_names() const { return group_order_; }
 
-  // Allocates and initialises all tables with room for `optimizer`'s state.
-  void Materialize(const SparseOptimizer* optimizer);
+  // Allocates and initialises all tables with room for `optimizer`'s state. Tables named in
+  // `shards` with a model-parallel type hold only this rank's part and look up through
+  // `comm` (sharded_lookup.h); the others are whole on every rank.
+  void Materialize(const SparseOptimizer* optimizer,
+                   const std::map<std::string, TableShard>& shards = {}, ShardComm* comm = nullptr);
   bool materialized() const { return !storages_.empty() || table_specs_.empty(); }
   // Bytes of all tables with their optimizer state and backward slot maps (after Materialize).
   int64_t table_bytes() const { return table_bytes_; }
@@ -47,6 +53,19 @@ class EmbeddingGroup {
 
   // All tables, in creation order (after Materialize).
   std::vector<EmbeddingTable*> tables() const;
+  // The model-parallel placement of `table`, or nullptr when the table is whole here.
+  const TableShard* ShardOf(const EmbeddingTable* table) const;
+  ShardComm* shard_comm() const { return comm_; }
+  // Takes part in the collectives of one Forward without a batch (a rank whose evaluation
+  // data ended while others still have batches).
+  void ForwardEmpty();
+  // True when some table is model-parallel (its lookups are collectives).
+  bool has_sharded_tables() const;
+  // Collective (every rank calls it): the logical (unsharded) weight and optimizer state of
+  // every sharded table, by table name then "weight" / state name, on every rank.
+  std::map<std::string, std::map<std::string, at::Tensor>> GatherShardedTables() const;
+  // This rank's part of logical `tensor` (a table's weight or state) for `table`.
+  static at::Tensor LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns);
 
  private:
   struct TableSpec {
@@ -76,6 +95,11 @@ class EmbeddingGroup {
   std::vector<EmbeddingTable*> tables_;
   int64_t table_bytes_ = 0;
   std::vector<std::vector<int>> storage_lookups_;
+  // Per storage: its placement (kDataParallel for fused storages of whole tables; a deque so
+  // pointers handed to autograd stay valid) and the logical dim of its lookups' outputs.
+  std::deque<TableShard> storage_shards_;
+  std::vector<int> storage_out_dims_;
+  ShardComm* comm_ = nullptr;
   std::map<std::string, std::vector<Member>> groups_;
   std::vector<std::string> group_order_;
 };

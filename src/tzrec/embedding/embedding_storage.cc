@@ -2,6 +2,7 @@
 
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tzrec/common/error.h"
@@ -31,20 +32,40 @@ EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer)
 
 EmbeddingTable* EmbeddingStorage::AddTable(const std::string& name, int64_t rows, bool trainable) {
   TZREC_CHECK(!data_.defined(), "table added after allocation");
-  TZREC_CHECK(rows > 0, "table ", name);
+  TZREC_CHECK(rows >= 0, "table ", name);  // 0: a table_wise table held by another rank
   tables_.push_back(std::make_unique<EmbeddingTable>(this, name, total_rows_, rows, trainable));
   total_rows_ += rows;
   return tables_.back().get();
 }
 
-void EmbeddingStorage::Allocate() {
+void EmbeddingStorage::Allocate(bool initialize) {
   data_ = at::empty({total_rows_, row_width_}, at::TensorOptions().dtype(at::kFloat));
   if (row_width_ > dim_) {
     data_.narrow(1, dim_, row_width_ - dim_).fill_(optimizer_->spec().InitialState());
   }
-  for (const auto& table : tables_) {
-    const double bound = std::sqrt(1.0 / static_cast<double>(table->rows()));
+  if (!initialize) return;
+  for (const auto& table : tables_) InitializeTable(table.get(), table->rows(), dim_, 0, 0);
+}
+
+void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
+                                       int64_t row_begin, int column_begin) {
+  const double bound = std::sqrt(1.0 / static_cast<double>(std::max<int64_t>(1, logical_rows)));
+  if (logical_rows == table->rows() && logical_dim == dim_) {
     table->weight().uniform_(-bound, bound);
+    return;
+  }
+  // A shard: draw the whole logical table's random stream (in chunks, so memory stays small)
+  // and keep this rank's block, so every rank's part equals what one process would draw.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max(1, logical_dim));
+  const int64_t row_end = row_begin + table->rows();
+  at::Tensor weight = table->weight();
+  for (int64_t start = 0; start < logical_rows; start += chunk) {
+    const int64_t n = std::min(chunk, logical_rows - start);
+    at::Tensor drawn = at::empty({n, logical_dim}, at::kFloat).uniform_(-bound, bound);
+    const int64_t lo = std::max(start, row_begin), hi = std::min(start + n, row_end);
+    if (lo >= hi) continue;
+    weight.narrow(0, lo - row_begin, hi - lo)
+        .copy_(drawn.narrow(0, lo - start, hi - lo).narrow(1, column_begin, dim_));
   }
 }
 

@@ -52,7 +52,12 @@ class EmbeddingStorage {
   // Adds a table before Allocate(); rows are initialised uniform in +-sqrt(1/rows)
   // (TorchRec's default) from the global torch generator.
   EmbeddingTable* AddTable(const std::string& name, int64_t rows, bool trainable);
-  void Allocate();
+  // With `initialize`, every table is initialised here (in table order).
+  void Allocate(bool initialize = true);
+  // Initialises `table` as rows [row_begin, +rows) x columns [column_begin, +dim) of a logical
+  // table of logical_rows x logical_dim (a shard: same values as one process would draw).
+  void InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
+                       int64_t row_begin, int column_begin);
 
   int dim() const { return dim_; }
   int row_width() const { return row_width_; }

@@ -166,6 +166,11 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
     for (EmbeddingTable* table : state.model->embedding_group().tables()) {
       std::map<std::string, at::Tensor> tensors = {{"weight", table->weight()}};
       for (auto& kv : table->optimizer_state()) tensors[kv.first] = kv.second;
+      if (state.model->embedding_group().ShardOf(table)) {
+        TZREC_CHECK(state.sharded_tables && state.sharded_tables->count(table->name()),
+                    "sharded table '", table->name(), "' was not gathered before saving");
+        tensors = state.sharded_tables->at(table->name());
+      }
       WriteTensorDict(JoinPath(JoinPath(tmp, "embedding"), TableFileName(table->name())), tensors);
     }
     if (state.dense_optimizer) {
@@ -258,6 +263,35 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
   };
   for (auto& kv : DenseTensors(*state.model)) restore(kv.first, kv.second, true);
   for (EmbeddingTable* table : state.model->embedding_group().tables()) {
+    const TableShard* shard = state.model->embedding_group().ShardOf(table);
+    if (shard) {
+      // Checkpoints hold logical tables: keep this rank's part.
+      auto restore_part = [&](const std::string& name, at::Tensor target, bool columns) {
+        auto it = saved.find(name);
+        if (it == saved.end()) {
+          LOG_WARNING << "Skip restore state [" << name << "]: not in " << checkpoint_path;
+          return;
+        }
+        if (it->second.size(0) != shard->rows) {
+          Fail("checkpoint '", checkpoint_path, "': state [", name, "] has ", it->second.size(0),
+               " rows but the model's table has ", shard->rows);
+        }
+        at::Tensor part = EmbeddingGroup::LocalPart(*shard, it->second, columns && it->second.size(1) == shard->dim);
+        if (part.sizes() != target.sizes()) {
+          Fail("checkpoint '", checkpoint_path, "': state [", name, "] has shape ", it->second.sizes(),
+               " which does not fit the model's table");
+        }
+        target.copy_(part);
+        ++restored;
+      };
+      restore_part(TableKey(*table), table->weight(), true);
+      if (options.restore_optimizer) {
+        for (auto& kv : table->optimizer_state()) {
+          restore_part(TableKey(*table) + "." + kv.first, kv.second, true);
+        }
+      }
+      continue;
+    }
     restore(TableKey(*table), table->weight(), true);
     if (options.restore_optimizer) {
       for (auto& kv : table->optimizer_state()) {

@@ -46,6 +46,9 @@ struct TrainingState {
   // Saved as plan.json when set: where each table lived (dist/sharding_plan.h). Tables are
   // saved logical (unsharded) regardless, so any world size can continue from them.
   const std::string* sharding_plan_json = nullptr;
+  // Logical weight/state of model-parallel tables (EmbeddingGroup::GatherShardedTables),
+  // written instead of this rank's parts.
+  const std::map<std::string, std::map<std::string, at::Tensor>>* sharded_tables = nullptr;
 };
 
 // Saves and prunes to the newest `keep_checkpoint_max` (0 keeps all). Returns the path.

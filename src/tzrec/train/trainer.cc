@@ -93,13 +93,14 @@ void BuildFeatures(const protos::EasyRecConfig& config, Pipeline* p) {
 }
 
 // Builds model and optimizers for already created features.
-void BuildModel(const protos::EasyRecConfig& config, bool with_optimizers, Pipeline* p) {
+void BuildModel(const protos::EasyRecConfig& config, bool with_optimizers, Pipeline* p,
+                const std::map<std::string, TableShard>& shards = {}, ShardComm* comm = nullptr) {
   const auto& data = config.data_config();
   p->model = CreateModel(config.model_config(), p->FeaturePointers(),
                          {data.label_fields().begin(), data.label_fields().end()},
                          {data.sample_weight_fields().begin(), data.sample_weight_fields().end()});
   p->sparse_optimizer = SparseOptimizer::Create(config.train_config().sparse_optimizer());
-  p->model->embedding_group().Materialize(p->sparse_optimizer.get());
+  p->model->embedding_group().Materialize(p->sparse_optimizer.get(), shards, comm);
   LOG_INFO << "embedding tables: " << (p->model->embedding_group().table_bytes() >> 20)
            << " MiB with optimizer state; process RSS " << (ResidentSetBytes() >> 20) << " MiB";
   if (with_optimizers) {
@@ -136,7 +137,22 @@ std::map<std::string, double> RunEvaluation(Model& model, const Dataset& dataset
   const int64_t log_every = std::max<int64_t>(1, eval_config.log_step_count_steps());
   std::string suffix = (epoch >= 0 ? StrCat(" Epoch-", epoch) : std::string()) +
                        StrCat(" model-", global_step);
-  while ((max_steps == 0 || steps < max_steps) && stream->Next(&parsed)) {
+  // Model-parallel tables make every lookup a collective: ranks step together, and a rank
+  // whose data ended joins the lookups of the others with an empty batch.
+  const bool lockstep = pg && model.embedding_group().has_sharded_tables();
+  while (true) {
+    bool has_batch = (max_steps == 0 || steps < max_steps) && stream->Next(&parsed);
+    if (lockstep) {
+      std::vector<at::Tensor> active = {at::full({1}, has_batch ? 1.0f : 0.0f)};
+      pg->AllReduceSum(active);
+      if (active[0].item<float>() == 0) break;
+      if (!has_batch) {
+        model.embedding_group().ForwardEmpty();
+        continue;
+      }
+    } else if (!has_batch) {
+      break;
+    }
     Batch batch = ToBatch(std::move(parsed));
     parsed = ParsedBatch();
     Predictions predictions = model.Predict(batch);
@@ -231,10 +247,13 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                                           config.eval_input_path(), DatasetMode::kEval, data_seed,
                                           pipeline.generator, dist.rank, dist.world_size);
   }
-  BuildModel(config, /*with_optimizers=*/true, &pipeline);
-  const std::string plan_json =
-      PlanToJson(PlanSharding(config, pipeline.FeaturePointers(), dist.world_size));
+  const std::vector<TablePlan> plan = PlanSharding(config, pipeline.FeaturePointers(), dist.world_size);
+  const std::string plan_json = PlanToJson(plan);
   if (dist.rank == 0) LOG_INFO << "embedding sharding plan (" << dist.world_size << " ranks): " << plan_json;
+  std::unique_ptr<ProcessGroupShardComm> shard_comm;
+  if (pg) shard_comm = std::make_unique<ProcessGroupShardComm>(pg.get());
+  BuildModel(config, /*with_optimizers=*/true, &pipeline,
+             ShardsForRank(plan, dist.rank, dist.world_size), shard_comm.get());
   // Tables are initialised from the same default seed on every rank; dense parameters are
   // copied from rank 0 as well, so all ranks start identical.
   if (pg) BroadcastParameters(*pg, pipeline.model->parameters());
@@ -321,6 +340,12 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     }
     state.dataloader_state = &merged;
     state.sharding_plan_json = &plan_json;
+    // Model-parallel tables are gathered to logical ones (a collective, on every rank).
+    std::map<std::string, std::map<std::string, at::Tensor>> gathered;
+    if (model.embedding_group().has_sharded_tables()) {
+      gathered = model.embedding_group().GatherShardedTables();
+    }
+    state.sharded_tables = &gathered;
     if (chief) SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()));
     if (pg) pg->Barrier();  // the checkpoint is complete before any rank goes on
     last_saved = step;

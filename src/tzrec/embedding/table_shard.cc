@@ -1,0 +1,59 @@
+#include "tzrec/embedding/table_shard.h"
+
+#include <algorithm>
+
+#include "tzrec/common/error.h"
+
+namespace tzrec {
+
+int64_t TableShard::row_begin(int r) const {
+  switch (type) {
+    case Type::kTableWise: return r == owner ? 0 : rows;
+    case Type::kRowWise: return std::min(rows, block_rows * r);
+    default: return 0;
+  }
+}
+
+int64_t TableShard::row_end(int r) const {
+  switch (type) {
+    case Type::kTableWise: return rows;
+    case Type::kRowWise: return std::min(rows, block_rows * (r + 1));
+    default: return rows;
+  }
+}
+
+int TableShard::column_begin(int r) const {
+  return type == Type::kColumnWise ? static_cast<int>(static_cast<int64_t>(dim) * r / world_size) : 0;
+}
+
+int TableShard::column_end(int r) const {
+  return type == Type::kColumnWise ? static_cast<int>(static_cast<int64_t>(dim) * (r + 1) / world_size)
+                                   : dim;
+}
+
+int TableShard::OwnerOfRow(int64_t row) const {
+  if (type == Type::kTableWise) return owner;
+  if (type == Type::kRowWise) return static_cast<int>(row / block_rows);
+  return rank;
+}
+
+TableShard::Type TableShard::ParseType(const std::string& name) {
+  if (name == "data_parallel") return Type::kDataParallel;
+  if (name == "table_wise") return Type::kTableWise;
+  if (name == "row_wise") return Type::kRowWise;
+  if (name == "column_wise") return Type::kColumnWise;
+  Fail("sharding type '", name, "' not supported yet (supported: data_parallel, table_wise, ",
+       "row_wise, column_wise)");
+}
+
+const char* TableShard::TypeName(Type type) {
+  switch (type) {
+    case Type::kDataParallel: return "data_parallel";
+    case Type::kTableWise: return "table_wise";
+    case Type::kRowWise: return "row_wise";
+    case Type::kColumnWise: return "column_wise";
+  }
+  return "?";
+}
+
+}  // namespace tzrec

@@ -1,0 +1,58 @@
+// Model-parallel placement of one embedding table across ranks, and the collectives the
+// sharded lookup needs (implemented over c10d in dist/; abstract here so the embedding engine
+// does not depend on the process group).
+//
+//   table_wise   the whole table lives on one rank (`owner`)
+//   row_wise     rank r holds rows [r * block_rows, min(rows, (r + 1) * block_rows))
+//   column_wise  rank r holds columns [dim * r / world, dim * (r + 1) / world) of every row
+// A sharded table is allocated as its local part only (sharded_lookup.h moves ids and pooled
+// values between ranks).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tzrec {
+
+class ShardComm {
+ public:
+  virtual ~ShardComm() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // How many rows each rank sends here, given how many this rank sends to each.
+  virtual std::vector<int64_t> ExchangeCounts(const std::vector<int64_t>& send_counts) = 0;
+  // Rows of `input` split by `send_counts` go to each rank; returns the received rows.
+  virtual at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                              const std::vector<int64_t>& recv_counts) = 0;
+  // Every rank's `input` (same shape on all ranks) concatenated along dim 0.
+  virtual at::Tensor AllGather(const at::Tensor& input) = 0;
+};
+
+struct TableShard {
+  enum class Type { kDataParallel, kTableWise, kRowWise, kColumnWise };
+  Type type = Type::kDataParallel;
+  int64_t rows = 0;  // logical
+  int dim = 0;       // logical
+  int world_size = 1;
+  int rank = 0;
+  int owner = 0;           // table_wise
+  int64_t block_rows = 0;  // row_wise
+
+  bool sharded() const { return type != Type::kDataParallel; }
+  int64_t row_begin(int r) const;  // first logical row rank r holds
+  int64_t row_end(int r) const;
+  int column_begin(int r) const;
+  int column_end(int r) const;
+  int64_t local_rows(int r) const { return row_end(r) - row_begin(r); }
+  int local_dim(int r) const { return column_end(r) - column_begin(r); }
+  // The rank holding logical row `row` (table_wise / row_wise).
+  int OwnerOfRow(int64_t row) const;
+
+  static Type ParseType(const std::string& name);
+  static const char* TypeName(Type type);
+};
+
+}  // namespace tzrec
