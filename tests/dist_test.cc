@@ -366,3 +366,50 @@ TEST(Distributed, KilledRankEndsTheTrainingJob) {
 
 }  // namespace
 }  // namespace tzrec
+
+#include "tzrec/dist/sharding_plan.h"
+#include "tzrec/features/feature.h"
+
+namespace tzrec {
+namespace {
+
+// Without constraints tables stay whole, unless they do not fit the memory budget: then the
+// largest become row_wise; constrained tables keep their type.
+TEST(Distributed, PlannerShardsTablesThatDoNotFitInMemory) {
+  auto config = LoadPipelineConfig(testing::SourceDir() + "/examples/deepfm_mock.config");
+  auto features = CreateFeatures(config.feature_configs(), config.data_config());
+  std::vector<const Feature*> pointers;
+  for (const auto& f : features) pointers.push_back(f.get());
+  auto type_of = [](const std::vector<TablePlan>& plan, const std::string& table) {
+    for (const auto& t : plan) {
+      if (t.table == table) return t.sharding_type;
+    }
+    return std::string("missing");
+  };
+  auto roomy = PlanSharding(config, pointers, 2, int64_t{1} << 40);
+  for (const auto& t : roomy) EXPECT_EQ(t.sharding_type, "data_parallel") << t.table;
+  // Find the largest table and give a budget just below everything.
+  int64_t total = 0;
+  std::string largest;
+  int64_t largest_size = 0;
+  for (const auto& t : roomy) {
+    int64_t size = t.rows * (2 * t.dim + 1) * 4;  // adagrad state + slot
+    total += size;
+    if (size > largest_size) largest_size = size, largest = t.table;
+  }
+  auto tight = PlanSharding(config, pointers, 2, total - 1);
+  EXPECT_EQ(type_of(tight, largest), "row_wise");
+  int row_wise = 0;
+  for (const auto& t : tight) row_wise += t.sharding_type == "row_wise";
+  EXPECT_EQ(row_wise, 1);
+  EditConfigJson(&config, R"({"train_config.global_embedding_constraints.sharding_types": ["table_wise"]})");
+  auto constrained = PlanSharding(config, pointers, 2, total - 1);
+  for (const auto& t : constrained) {
+    EXPECT_EQ(t.sharding_type, "table_wise") << t.table;
+    ASSERT_EQ(t.ranks.size(), 1u);
+  }
+  EXPECT_EQ(type_of(PlanSharding(config, pointers, 1, 1), largest), "data_parallel");
+}
+
+}  // namespace
+}  // namespace tzrec

@@ -60,8 +60,17 @@ void ApplyConstraints(const protos::ParameterConstraints& c, const std::string& 
 
 }  // namespace
 
+// Optimizer state floats per row of a table of `dim` (fused optimizers keep it beside the row).
+int64_t StateFloats(const protos::SparseOptimizer& optimizer, int dim) {
+  if (optimizer.has_adagrad_optimizer()) return dim;
+  if (optimizer.has_adam_optimizer()) return 2 * dim;
+  if (optimizer.has_rowwise_adagrad_optimizer()) return 1;
+  return 0;
+}
+
 std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
-                                    const std::vector<const Feature*>& features, int world_size) {
+                                    const std::vector<const Feature*>& features, int world_size,
+                                    int64_t memory_budget_bytes) {
   std::vector<std::string> global = kImplemented;
   if (config.train_config().has_global_embedding_constraints()) {
     ApplyConstraints(config.train_config().global_embedding_constraints(),
@@ -91,6 +100,28 @@ std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
     std::vector<std::string>* target = &scratch;
     if (it != by_name.end() && it->second->is_sparse()) target = &allowed[it->second->embedding_name()];
     ApplyConstraints(constraints, info.config_path + ".embedding_constraints", target);
+  }
+  // Tables nobody constrained may be row-wise sharded to fit memory; whole tables cost
+  // (weights + optimizer state + the 4-byte backward slot) per row on every rank.
+  if (memory_budget_bytes > 0 && world_size > 1) {
+    auto bytes = [&](const TablePlan& t) {
+      return t.rows * (t.dim + StateFloats(config.train_config().sparse_optimizer(), t.dim) + 1) * 4;
+    };
+    int64_t whole = 0;
+    std::vector<TablePlan*> free;
+    for (auto& kv : tables) {
+      if (allowed[kv.first].front() != "data_parallel") continue;
+      whole += bytes(kv.second);
+      if (allowed[kv.first] == kImplemented) free.push_back(&kv.second);
+    }
+    std::stable_sort(free.begin(), free.end(), [&](const TablePlan* a, const TablePlan* b) {
+      return bytes(*a) > bytes(*b);
+    });
+    for (TablePlan* t : free) {
+      if (whole <= memory_budget_bytes) break;
+      allowed[t->table] = {"row_wise"};
+      whole -= bytes(*t) - bytes(*t) / world_size;
+    }
   }
   std::vector<TablePlan> out;
   std::vector<int64_t> load(world_size, 0);

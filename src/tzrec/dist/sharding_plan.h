@@ -32,9 +32,12 @@ struct TablePlan {
   std::vector<int> ranks;  // ranks holding (a part of) the table
 };
 
-// `features` are the model's features (their embedding_name picks the table).
+// `features` are the model's features (their embedding_name picks the table). When whole
+// (data_parallel) tables would need more than `memory_budget_bytes` per rank (0: no limit),
+// the largest tables without constraints become row_wise until the rest fits.
 std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
-                                    const std::vector<const Feature*>& features, int world_size);
+                                    const std::vector<const Feature*>& features, int world_size,
+                                    int64_t memory_budget_bytes = 0);
 
 std::string PlanToJson(const std::vector<TablePlan>& plan);
 

@@ -9,6 +9,7 @@
 
 #include "tzrec/common/error.h"
 #include <google/protobuf/text_format.h>
+#include <unistd.h>
 
 #include "tzrec/common/fs.h"
 #include "tzrec/dist/data_parallel.h"
@@ -247,7 +248,11 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                                           config.eval_input_path(), DatasetMode::kEval, data_seed,
                                           pipeline.generator, dist.rank, dist.world_size);
   }
-  const std::vector<TablePlan> plan = PlanSharding(config, pipeline.FeaturePointers(), dist.world_size);
+  // Whole tables may use at most 80% of this machine's memory split over its ranks.
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const std::vector<TablePlan> plan = PlanSharding(
+      config, pipeline.FeaturePointers(), dist.world_size,
+      memory > 0 ? memory / std::max(1, dist.local_world_size) / 10 * 8 : 0);
   const std::string plan_json = PlanToJson(plan);
   if (dist.rank == 0) LOG_INFO << "embedding sharding plan (" << dist.world_size << " ranks): " << plan_json;
   std::unique_ptr<ProcessGroupShardComm> shard_comm;
