@@ -37,4 +37,14 @@ OMP_NUM_THREADS=1 build/tzrec launch --nproc_per_node 2 --master_port 29633 -- t
 grep '^\[rank 0\]' $OUT/dist2.log > $OUT/dist2_rank0.log
 two=$(rate $OUT/dist2_rank0.log 2)
 echo "[dist] 2 ranks x 1 thread: $two samples/s (global batch 8192)"
-echo "dist ratio (2 ranks x 1 thread / 1 rank x 2 threads) = $(awk -v a=$two -v b=$one 'BEGIN {printf "%.2f", a/b}')"
+# The same with model-parallel tables (row_wise: ids and pooled embeddings by alltoall).
+rm -rf $OUT/dist2rw
+OMP_NUM_THREADS=1 build/tzrec launch --nproc_per_node 2 --master_port 29634 -- train_eval \
+  --pipeline_config_path=$CONFIG --model_dir=$OUT/dist2rw --train_input_path="$OUT/data/train/*.csv" \
+  --eval_input_path="" --edit_config_json="${EDITS%\}}, \"train_config.global_embedding_constraints.sharding_types\": [\"row_wise\"]}" \
+  >$OUT/dist2rw.log 2>&1
+grep '^\[rank 0\]' $OUT/dist2rw.log > $OUT/dist2rw_rank0.log
+rowwise=$(rate $OUT/dist2rw_rank0.log 2)
+echo "[dist] 2 ranks x 1 thread, row_wise tables: $rowwise samples/s"
+echo "dist ratio (2 ranks x 1 thread / 1 rank x 2 threads) = $(awk -v a=$two -v b=$one 'BEGIN {printf "%.2f", a/b}')" \
+  "data_parallel, $(awk -v a=$rowwise -v b=$one 'BEGIN {printf "%.2f", a/b}') row_wise"
