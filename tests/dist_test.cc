@@ -123,6 +123,19 @@ std::vector<std::string> ReadLines(const std::string& path) {
   return lines;
 }
 
+// gen_data for examples/deepfm_mock.config (with `edits`) into dir/data.
+GenDataResult MockData(const testing::TempDir& dir, int64_t train_rows, int64_t eval_rows, int files,
+                       const std::string& edits = "") {
+  auto cfg = LoadPipelineConfig(testing::SourceDir() + "/examples/deepfm_mock.config");
+  if (!edits.empty()) EditConfigJson(&cfg, edits);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = train_rows;
+  gen.eval_rows = eval_rows;
+  gen.num_files = files;
+  return GenerateMockData(cfg, gen);
+}
+
 // Two ranks on batches of 64 train exactly like one process on the same global batches of
 // 128 (rank 0's rows then rank 1's rows): same final dense weights and embedding tables, and
 // the same evaluation over all eval rows.
@@ -131,13 +144,7 @@ void TwoRanksMatchOneProcess(const std::string& sharding) {
   testing::TempDir dir;
   const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
   const int64_t batch = 64, steps = 20;
-  auto cfg = LoadPipelineConfig(config);
-  GenDataOptions gen;
-  gen.output_dir = dir.File("data");
-  gen.train_rows = 2 * batch * steps;
-  gen.eval_rows = 1000;
-  gen.num_files = 2;  // one file per rank (CSV is split by whole files)
-  GenerateMockData(cfg, gen);
+  MockData(dir, 2 * batch * steps, 1000, 2);  // one file per rank (CSV is split by whole files)
   // The one-process file: blocks of `batch` rows taken alternately from the two rank files.
   auto a = ReadLines(dir.File("data/train/part-00000.csv"));
   auto b = ReadLines(dir.File("data/train/part-00001.csv"));
@@ -241,15 +248,7 @@ namespace {
 TEST(Distributed, ContinueWithAnotherWorldSize) {
   testing::TempDir dir;
   const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
-  auto cfg = LoadPipelineConfig(config);
-  const std::string to_parquet = R"({"data_config.dataset_type": "ParquetDataset"})";
-  EditConfigJson(&cfg, to_parquet);
-  GenDataOptions gen;
-  gen.output_dir = dir.File("data");
-  gen.train_rows = 6000;
-  gen.eval_rows = 500;
-  gen.num_files = 2;
-  auto data = GenerateMockData(cfg, gen);
+  auto data = MockData(dir, 6000, 500, 2, R"({"data_config.dataset_type": "ParquetDataset"})");
   auto run = [&](int ranks, const std::string& model_dir, int64_t steps, bool resume) {
     const std::string edits = StrCat(R"({"train_config.global_embedding_constraints.sharding_types": ["row_wise"],
         "data_config.dataset_type": "ParquetDataset", "data_config.batch_size": 64,
@@ -286,12 +285,7 @@ TEST(Distributed, ContinueWithAnotherWorldSize) {
 TEST(Distributed, ShardingConstraintsAreCheckedByThePlanner) {
   testing::TempDir dir;
   const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
-  auto cfg = LoadPipelineConfig(config);
-  GenDataOptions gen;
-  gen.output_dir = dir.File("data");
-  gen.train_rows = 500;
-  gen.eval_rows = 100;
-  auto data = GenerateMockData(cfg, gen);
+  auto data = MockData(dir, 500, 100, 2);
   auto run = [&](const std::string& edits) {
     return RunShell(std::string(TZREC_BINARY) + " train_eval --pipeline_config_path=" + config +
                     " --model_dir=" + dir.File("m" + std::to_string(FreePort())) + " --train_input_path='" +
@@ -316,13 +310,7 @@ TEST(Distributed, ShardingConstraintsAreCheckedByThePlanner) {
 TEST(Distributed, MismatchedConfigsAreDetectedAtStart) {
   testing::TempDir dir;
   const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
-  auto cfg = LoadPipelineConfig(config);
-  GenDataOptions gen;
-  gen.output_dir = dir.File("data");
-  gen.train_rows = 500;
-  gen.eval_rows = 100;
-  gen.num_files = 2;
-  auto data = GenerateMockData(cfg, gen);
+  auto data = MockData(dir, 500, 100, 2);
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 PROCESS_GROUP_TIMEOUT_SECONDS=20 MASTER_PORT=" +
                           std::to_string(FreePort()) + " ";
   auto command = [&](int rank, int batch) {
@@ -340,13 +328,7 @@ TEST(Distributed, MismatchedConfigsAreDetectedAtStart) {
 TEST(Distributed, KilledRankEndsTheTrainingJob) {
   testing::TempDir dir;
   const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
-  auto cfg = LoadPipelineConfig(config);
-  GenDataOptions gen;
-  gen.output_dir = dir.File("data");
-  gen.train_rows = 20000;
-  gen.eval_rows = 100;
-  gen.num_files = 2;
-  auto data = GenerateMockData(cfg, gen);
+  auto data = MockData(dir, 20000, 100, 2);
   const std::string model_dir = dir.File("killed_model");
   const std::string command =
       "OMP_NUM_THREADS=1 PROCESS_GROUP_TIMEOUT_SECONDS=20 " + std::string(TZREC_BINARY) +
