@@ -54,6 +54,13 @@ TEST(Distributed, LaunchRunsRanksAndTheirCollectives) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("[rank 0] dist_check: rank 0 of 2 ok"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("[rank 1] dist_check: rank 1 of 2 ok"), std::string::npos) << run.output;
+  // Two "nodes" of one rank each (the multi-node command line, here on one machine).
+  const std::string nodes = std::string(TZREC_BINARY) + " launch --nnodes 2 --nproc_per_node 1 --master_port " +
+                            std::to_string(FreePort()) + " --node_rank ";
+  ShellRun pair = RunShell("(" + nodes + "1 -- dist_check &) ; " + nodes + "0 -- dist_check; sleep 1");
+  EXPECT_EQ(pair.exit_code, 0) << pair.output;
+  EXPECT_NE(pair.output.find("[rank 0] dist_check: rank 0 of 2 ok"), std::string::npos) << pair.output;
+  EXPECT_NE(pair.output.find("[rank 1] dist_check: rank 1 of 2 ok"), std::string::npos) << pair.output;
 }
 
 TEST(Distributed, ADeadRankFailsTheJobNamingIt) {
