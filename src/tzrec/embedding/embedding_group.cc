@@ -41,10 +41,6 @@ EmbeddingGroup::EmbeddingGroup(
         Fail(where, ": sequence feature '", feature_name, "' in a ", wide ? "WIDE" : "DEEP",
              " group is not supported yet (sequence groups and encoders are not implemented)");
       }
-      if (feature->weighted()) {
-        Fail(where, ": weighted feature '", feature_name,
-             "': weighted pooling is not supported yet by the embedding engine");
-      }
       Member member;
       member.feature = feature;
       if (feature->is_sparse()) {
@@ -264,7 +260,8 @@ void EmbeddingGroup::ForwardEmpty() {
     std::vector<LookupTensors> inputs;
     for (int i : storage_lookups_[s]) {
       inputs.push_back({no_values, one_offset, tables_[lookups_[i].table],
-                        lookups_[i].feature->pooling() == "mean"});
+                        lookups_[i].feature->pooling() == "mean",
+                        lookups_[i].feature->weighted() ? at::zeros({0}, at::kFloat) : at::Tensor()});
     }
     ShardedPooledLookup(storages_[s].get(), storage_shards_[s], comm_, inputs, 0, /*training=*/false);
   }
@@ -295,8 +292,15 @@ std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const Batch& batch, bo
       const Lookup& lookup = lookups_[i];
       auto it = batch.sparse.find(lookup.feature->name());
       TZREC_CHECK(it != batch.sparse.end(), "batch lacks sparse feature ", lookup.feature->name());
+      // Weighted features always carry a (maybe empty) weight tensor: the sharded lookup's
+      // collectives must not depend on whether this rank's batch happens to have ids.
+      at::Tensor weights;
+      if (lookup.feature->weighted()) {
+        weights = it->second.weights.defined() ? it->second.weights
+                                               : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
+      }
       inputs.push_back({it->second.values, it->second.offsets, tables_[lookup.table],
-                        lookup.feature->pooling() == "mean"});
+                        lookup.feature->pooling() == "mean", weights});
       storage_of[i] = static_cast<int>(s);
       position_of[i] = static_cast<int>(k);
     }

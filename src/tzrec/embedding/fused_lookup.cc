@@ -107,7 +107,8 @@ void ExchangedBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
           sums.resize(sums.size() + dim, 0.0f);
         }
         float* s = sums.data() + inserted.first->second * dim;
-        for (int d = 0; d < dim; ++d) s[d] += g[d] * scale;
+        const float factor = l.weights ? scale * l.weights[i] : scale;
+        for (int d = 0; d < dim; ++d) s[d] += g[d] * factor;
       }
     }
   }
@@ -138,7 +139,7 @@ struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFun
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
                             int64_t storage_address, std::vector<at::Tensor> values,
                             std::vector<at::Tensor> offsets, std::vector<int64_t> meta,
-                            int64_t bags);
+                            std::vector<at::Tensor> weights, int64_t bags);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads);
 };
@@ -146,9 +147,12 @@ struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFun
 // meta per lookup: first_row, table_rows, mean, trainable.
 std::vector<LookupArgs> MakeArgs(const std::vector<at::Tensor>& values,
                                  const std::vector<at::Tensor>& offsets,
-                                 const std::vector<int64_t>& meta) {
+                                 const std::vector<int64_t>& meta,
+                                 const std::vector<at::Tensor>& weights) {
   std::vector<LookupArgs> args(values.size());
   for (size_t k = 0; k < values.size(); ++k) {
+    // An empty tensor stands for "no weights" (autograd saved data cannot hold undefined ones).
+    args[k].weights = weights[k].numel() > 0 ? weights[k].data_ptr<float>() : nullptr;
     args[k].values = values[k].data_ptr<int64_t>();
     args[k].offsets = offsets[k].data_ptr<int64_t>();
     args[k].first_row = meta[4 * k];
@@ -170,13 +174,15 @@ at::Tensor RunForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& 
 at::Tensor StorageLookupFunction::forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
                                           int64_t storage_address, std::vector<at::Tensor> values,
                                           std::vector<at::Tensor> offsets,
-                                          std::vector<int64_t> meta, int64_t bags) {
+                                          std::vector<int64_t> meta,
+                                          std::vector<at::Tensor> weights, int64_t bags) {
   auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
-  at::Tensor out = RunForward(storage, MakeArgs(values, offsets, meta), bags);
+  at::Tensor out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
   ctx->saved_data["storage"] = storage_address;
   ctx->saved_data["values"] = values;
   ctx->saved_data["offsets"] = offsets;
   ctx->saved_data["meta"] = meta;
+  ctx->saved_data["weights"] = weights;
   ctx->saved_data["bags"] = bags;
   return out;
 }
@@ -187,16 +193,18 @@ torch::autograd::variable_list StorageLookupFunction::backward(
   auto values = ctx->saved_data["values"].toTensorVector();
   auto offsets = ctx->saved_data["offsets"].toTensorVector();
   auto meta = ctx->saved_data["meta"].toIntVector();
+  auto weights = ctx->saved_data["weights"].toTensorVector();
   const int64_t bags = ctx->saved_data["bags"].toInt();
   at::Tensor grad = grads[0].contiguous();
   if (ExchangeHook()) {
-    ExchangedBackwardUpdate(storage, MakeArgs(values, offsets, meta), bags, grad.data_ptr<float>(),
-                            storage->optimizer().step() + 1);
+    ExchangedBackwardUpdate(storage, MakeArgs(values, offsets, meta, weights), bags,
+                            grad.data_ptr<float>(), storage->optimizer().step() + 1);
   } else {
-    SelectedKernels().backward_update(storage, MakeArgs(values, offsets, meta), bags,
+    SelectedKernels().backward_update(storage, MakeArgs(values, offsets, meta, weights), bags,
                                       grad.data_ptr<float>(), storage->optimizer().step() + 1);
   }
-  return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+          at::Tensor()};
 }
 
 at::Tensor Anchor() {
@@ -224,23 +232,26 @@ const PooledLookupKernels& SelectedKernels() {
 
 at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
                                int64_t bags, bool training) {
-  std::vector<at::Tensor> values, offsets;
+  std::vector<at::Tensor> values, offsets, weights;
   std::vector<int64_t> meta;
   bool any_trainable = false;
   for (const auto& l : lookups) {
     TZREC_CHECK(l.table->storage() == storage);
     TZREC_CHECK(l.offsets.numel() == bags + 1);
+    TZREC_CHECK(!l.weights.defined() || l.weights.numel() == l.values.numel());
     values.push_back(l.values);
     offsets.push_back(l.offsets);
+    weights.push_back(l.weights.defined() ? l.weights.contiguous()
+                                          : at::empty({0}, at::TensorOptions().dtype(at::kFloat)));
     meta.insert(meta.end(), {l.table->first_row(), l.table->rows(), l.mean ? 1 : 0,
                              l.table->trainable() ? 1 : 0});
     any_trainable = any_trainable || l.table->trainable();
   }
   if (!training || !any_trainable) {
-    return RunForward(storage, MakeArgs(values, offsets, meta), bags);
+    return RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
   }
   return StorageLookupFunction::apply(Anchor(), reinterpret_cast<int64_t>(storage), values, offsets,
-                                      meta, bags);
+                                      meta, weights, bags);
 }
 
 }  // namespace tzrec

@@ -40,6 +40,7 @@ struct LookupTensors {
   at::Tensor offsets;  // int64 [bags + 1]
   const EmbeddingTable* table;
   bool mean;
+  at::Tensor weights;  // float [N] for weighted features, else undefined
 };
 
 // Data-parallel training across processes: called in every backward of every storage, on

@@ -19,7 +19,7 @@ void ReferenceForward(const float* data, int row_width, int dim,
       for (int d = 0; d < dim; ++d) {
         float sum = 0.0f;
         for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
-          sum += data[(l.first_row + l.values[i]) * row_width + d];
+          sum += (l.weights ? l.weights[i] : 1.0f) * data[(l.first_row + l.values[i]) * row_width + d];
         }
         const int64_t count = l.offsets[b + 1] - l.offsets[b];
         out[b * out_width + k * dim + d] = (l.mean && count > 0) ? sum / count : sum;
@@ -43,7 +43,7 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
         std::vector<float>& g = row_grads[l.first_row + l.values[i]];
         g.resize(dim, 0.0f);
         for (int d = 0; d < dim; ++d) {
-          float upstream = grad[b * out_width + k * dim + d];
+          float upstream = grad[b * out_width + k * dim + d] * (l.weights ? l.weights[i] : 1.0f);
           g[d] += l.mean ? upstream * (1.0f / static_cast<float>(count)) : upstream;
         }
       }

@@ -20,6 +20,7 @@ struct Exchange {
   at::Tensor sent_scales;                // float [sent]: gradient scale (mean, 1 / world)
   at::Tensor recv_ids;                   // int64 [received ids]: local rows
   at::Tensor recv_offsets;               // int64 [received segments + 1]
+  at::Tensor recv_weights;               // float [received ids] (weighted features) or empty
   int padded_width = 0;                  // widest local part (column_wise), the message width
 };
 
@@ -37,6 +38,7 @@ LookupArgs LocalArgs(const EmbeddingStorage& storage, const Exchange& ex, bool t
   args.table_rows = storage.total_rows();
   args.mean = false;
   args.trainable = trainable;
+  args.weights = ex.recv_weights.numel() > 0 ? ex.recv_weights.data_ptr<float>() : nullptr;
   return args;
 }
 
@@ -45,12 +47,15 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
   const int world = shard.world_size;
   const int num_lookups = static_cast<int>(lookups.size());
   std::vector<std::vector<int64_t>> ids_to(world), lens_to(world), keys_to(world);
-  std::vector<std::vector<float>> scales_to(world);
+  std::vector<std::vector<float>> scales_to(world), weights_to(world);
+  bool weighted = false;
+  for (const auto& l : lookups) weighted = weighted || l.weights.defined();
   std::vector<int64_t> count(world, 0);
   const float inverse_world = 1.0f / static_cast<float>(world);
   for (int k = 0; k < num_lookups; ++k) {
     const int64_t* values = lookups[k].values.data_ptr<int64_t>();
     const int64_t* offsets = lookups[k].offsets.data_ptr<int64_t>();
+    const float* weights = lookups[k].weights.defined() ? lookups[k].weights.data_ptr<float>() : nullptr;
     for (int64_t b = 0; b < bags; ++b) {
       const int64_t first = offsets[b], last = offsets[b + 1];
       if (first == last) continue;
@@ -64,6 +69,9 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
       if (shard.type == TableShard::Type::kColumnWise) {
         for (int d = 0; d < world; ++d) {
           ids_to[d].insert(ids_to[d].end(), values + first, values + last);
+          if (weighted) {
+            for (int64_t i = first; i < last; ++i) weights_to[d].push_back(weights ? weights[i] : 1.0f);
+          }
           lens_to[d].push_back(last - first);
           keys_to[d].push_back(key);
           scales_to[d].push_back(scale);
@@ -76,6 +84,7 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
         for (int64_t i = first; i < last; ++i) {
           if (shard.OwnerOfRow(values[i]) != d) continue;
           ids_to[d].push_back(values[i] - shard.row_begin(d));
+          if (weighted) weights_to[d].push_back(weights ? weights[i] : 1.0f);
           ++count[d];
         }
         if (count[d] > 0) {
@@ -88,7 +97,7 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
   }
   std::vector<int64_t> id_counts(world), seg_counts(world);
   std::vector<int64_t> all_ids, all_lens, all_keys;
-  std::vector<float> all_scales;
+  std::vector<float> all_scales, all_weights;
   for (int d = 0; d < world; ++d) {
     id_counts[d] = static_cast<int64_t>(ids_to[d].size());
     seg_counts[d] = static_cast<int64_t>(lens_to[d].size());
@@ -96,6 +105,7 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
     all_lens.insert(all_lens.end(), lens_to[d].begin(), lens_to[d].end());
     all_keys.insert(all_keys.end(), keys_to[d].begin(), keys_to[d].end());
     all_scales.insert(all_scales.end(), scales_to[d].begin(), scales_to[d].end());
+    all_weights.insert(all_weights.end(), weights_to[d].begin(), weights_to[d].end());
   }
   auto to_tensor = [](const std::vector<int64_t>& v) {
     at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kLong);
@@ -106,6 +116,13 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
   ex->recv_seg_counts = comm->ExchangeCounts(seg_counts);
   const std::vector<int64_t> recv_id_counts = comm->ExchangeCounts(id_counts);
   ex->recv_ids = comm->AllToAll(to_tensor(all_ids), id_counts, recv_id_counts).contiguous();
+  // Weights travel with their ids (every rank knows whether the table's lookups are weighted).
+  ex->recv_weights = at::empty({0}, at::kFloat);
+  if (weighted) {
+    at::Tensor w = at::empty({static_cast<int64_t>(all_weights.size())}, at::kFloat);
+    std::copy(all_weights.begin(), all_weights.end(), w.data_ptr<float>());
+    ex->recv_weights = comm->AllToAll(w, id_counts, recv_id_counts).contiguous();
+  }
   at::Tensor recv_lens = comm->AllToAll(to_tensor(all_lens), seg_counts, ex->recv_seg_counts);
   const int64_t received = recv_lens.numel();
   ex->recv_offsets = at::empty({received + 1}, at::kLong);
@@ -193,12 +210,18 @@ struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFun
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
                             int64_t storage_address, int64_t shard_address, int64_t comm_address,
                             std::vector<at::Tensor> values, std::vector<at::Tensor> offsets,
-                            std::vector<int64_t> means, int64_t bags, bool trainable) {
+                            std::vector<at::Tensor> weights, std::vector<int64_t> means,
+                            int64_t bags, bool trainable) {
     auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
     const auto& shard = *reinterpret_cast<const TableShard*>(shard_address);
     auto* comm = reinterpret_cast<ShardComm*>(comm_address);
     std::vector<LookupTensors> lookups;
-    for (size_t k = 0; k < values.size(); ++k) lookups.push_back({values[k], offsets[k], nullptr, means[k] != 0});
+    // means[k]: bit 0 mean pooling, bit 1 weighted (known from the feature, so every rank
+    // agrees even when its batch has no ids).
+    for (size_t k = 0; k < values.size(); ++k) {
+      lookups.push_back({values[k], offsets[k], nullptr, (means[k] & 1) != 0,
+                         (means[k] & 2) != 0 ? weights[k] : at::Tensor()});
+    }
     Exchange ex;
     at::Tensor out = Forward(storage, shard, comm, lookups, bags, &ex);
     ctx->saved_data["storage"] = storage_address;
@@ -210,6 +233,7 @@ struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFun
     ctx->saved_data["sent_scales"] = ex.sent_scales;
     ctx->saved_data["recv_ids"] = ex.recv_ids;
     ctx->saved_data["recv_offsets"] = ex.recv_offsets;
+    ctx->saved_data["recv_weights"] = ex.recv_weights;
     ctx->saved_data["padded_width"] = static_cast<int64_t>(ex.padded_width);
     ctx->saved_data["num_lookups"] = static_cast<int64_t>(values.size());
     ctx->saved_data["bags"] = bags;
@@ -226,6 +250,7 @@ struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFun
     ex.sent_scales = ctx->saved_data["sent_scales"].toTensor();
     ex.recv_ids = ctx->saved_data["recv_ids"].toTensor();
     ex.recv_offsets = ctx->saved_data["recv_offsets"].toTensor();
+    ex.recv_weights = ctx->saved_data["recv_weights"].toTensor();
     ex.padded_width = static_cast<int>(ctx->saved_data["padded_width"].toInt());
     Backward(reinterpret_cast<EmbeddingStorage*>(ctx->saved_data["storage"].toInt()),
              *reinterpret_cast<const TableShard*>(ctx->saved_data["shard"].toInt()),
@@ -233,7 +258,7 @@ struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFun
              static_cast<int>(ctx->saved_data["num_lookups"].toInt()), ctx->saved_data["bags"].toInt(),
              grads[0].contiguous(), ctx->saved_data["trainable"].toBool());
     return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -253,16 +278,17 @@ at::Tensor ShardedPooledLookup(EmbeddingStorage* storage, const TableShard& shar
     Exchange ex;
     return Forward(storage, shard, comm, lookups, bags, &ex);
   }
-  std::vector<at::Tensor> values, offsets;
+  std::vector<at::Tensor> values, offsets, weights;
   std::vector<int64_t> means;
   for (const auto& l : lookups) {
     values.push_back(l.values);
     offsets.push_back(l.offsets);
-    means.push_back(l.mean ? 1 : 0);
+    weights.push_back(l.weights.defined() ? l.weights.contiguous() : at::empty({0}, at::kFloat));
+    means.push_back((l.mean ? 1 : 0) | (l.weights.defined() ? 2 : 0));
   }
   return ShardedLookupFunction::apply(ShardAnchor(), reinterpret_cast<int64_t>(storage),
                                       reinterpret_cast<int64_t>(&shard), reinterpret_cast<int64_t>(comm),
-                                      values, offsets, means, bags, trainable);
+                                      values, offsets, weights, means, bags, trainable);
 }
 
 }  // namespace tzrec

@@ -21,6 +21,7 @@ struct LookupArgs {
   int64_t table_rows;
   bool mean;
   bool trainable;
+  const float* weights = nullptr;  // per id (weighted features): pooled sum of w * row; null = 1
 };
 
 // Sparse optimizer math for one step, flattened for the kernels (see sparse_optimizer.h).

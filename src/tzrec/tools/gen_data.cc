@@ -565,7 +565,9 @@ class Generator {
         std::array<double, kHiddenDim> pooled{};
         const double n = static_cast<double>(end - begin);
         for (size_t i = begin; i < end; ++i) {
-          const double scale = f.pooling() == "mean" || f.is_sequence() ? 1.0 / n : 1.0;
+          // Weighted features pool w * vector, as the model does.
+          const double weight = sv.weights.empty() ? 1.0 : sv.weights[i];
+          const double scale = (f.pooling() == "mean" || f.is_sequence() ? 1.0 / n : 1.0) * weight;
           logit += h.Weight(sv.values[i]) * scale;
           for (int k = 0; k < kHiddenDim; ++k) pooled[k] += h.VectorEntry(sv.values[i], k) * scale;
         }

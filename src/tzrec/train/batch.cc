@@ -31,6 +31,9 @@ Batch ToBatch(ParsedBatch&& parsed) {
     ids.offsets = at::zeros({b + 1}, at::TensorOptions().dtype(at::kLong));
     int64_t* offsets = ids.offsets.data_ptr<int64_t>();
     for (int64_t i = 0; i < b; ++i) offsets[i + 1] = offsets[i] + sv.lengths[i];
+    if (!sv.weights.empty()) {
+      ids.weights = Borrow(owner, sv.weights, {static_cast<int64_t>(sv.weights.size())}, at::kFloat);
+    }
     batch.sparse.emplace(kv.first, std::move(ids));
   }
   for (auto& kv : owner->dense) {

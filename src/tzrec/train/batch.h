@@ -17,6 +17,7 @@ struct JaggedIds {
   at::Tensor values;   // int64 [N]
   at::Tensor lengths;  // int32 [B]
   at::Tensor offsets;  // int64 [B + 1]
+  at::Tensor weights;  // float [N] for weighted features (undefined when the batch has none)
 };
 
 struct Batch {
