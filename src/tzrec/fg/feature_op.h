@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,12 @@ class FeatureOp {
                        std::string* error) const = 0;
   // Kind of values this op yields (the default value is parsed accordingly).
   virtual OpValues::Kind kind() const = 0;
+  // Ops that yield ids (kIds: tokenize) turn the default value into ids the same way.
+  virtual void EncodeDefault(const std::string& text, std::vector<int64_t>* ids) const {}
 };
+
+struct FeatureInfo;
+// The op of `info`'s feature type (feature_ops.cc); errors name the config path.
+std::unique_ptr<FeatureOp> CreateFeatureOp(const FeatureInfo& info);
 
 }  // namespace tzrec::fg
