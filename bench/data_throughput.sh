@@ -7,6 +7,7 @@
 # Env: ROWS (409600), WORKERS ("1 2"), STEPS trainer steps timed (40).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 ROWS=${ROWS:-409600}
 WORKERS=${WORKERS:-"1 2"}
 STEPS=${STEPS:-40}
@@ -48,8 +49,7 @@ rm -rf $OUT/deepfm
 build/tzrec train_eval --pipeline_config_path=$CSV_CONFIG --eval_input_path="" \
   --edit_config_json="{\"train_config.num_epochs\": 0, \"train_config.num_steps\": $((STEPS + 21)),
     \"train_config.log_step_count_steps\": 20}" >$OUT/data_trainer.log 2>&1
-trainer=$(sed -n 's/.*Training Epoch [0-9]*: \([0-9]*\)it \[\([0-9.]*\)it\/s\].*/\1 \2/p' $OUT/data_trainer.log |
-  awk 'NR>1 && $1>20 {s+=$2; n++} END {printf "%.0f", s/n*4096}')
+trainer=$(steady_samples_per_s $OUT/data_trainer.log 20 4096)
 echo "[data] trainer (DeepFM, $OMP_NUM_THREADS threads) consumes $trainer samples/s"
 for kind in csv parquet; do
   echo "$kind: ${PER_THREAD[$kind]} rows/s per reader thread = $(awk -v a=${PER_THREAD[$kind]} -v b=$trainer 'BEGIN {printf "%.2f", a/b}')x the trainer's consumption"

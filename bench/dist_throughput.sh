@@ -5,6 +5,7 @@
 # Env: STEPS timed steps (60), ROWS generated rows (409600; reuses bench/out/data if present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 STEPS=${STEPS:-60}
 ROWS=${ROWS:-409600}
 OUT=bench/out
@@ -20,10 +21,7 @@ fi
 EDITS="{\"train_config.num_epochs\": 0, \"train_config.num_steps\": $((STEPS + 21)),
   \"train_config.log_step_count_steps\": 20, \"data_config.num_workers\": 1}"
 # Steady-state samples/s of one rank's log (steps after the first 20), times `ranks`.
-rate() {
-  sed -n 's/.*Training Epoch [0-9]*: \([0-9]*\)it \[\([0-9.]*\)it\/s\].*/\1 \2/p' "$1" |
-    awk -v ranks="$2" 'NR>1 && $1>20 {s+=$2; n++} END {if (n) printf "%.0f", s/n*4096*ranks; else print 0}'
-}
+rate() { steady_samples_per_s "$1" 20 $((4096 * $2)); }
 rm -rf $OUT/dist1
 OMP_NUM_THREADS=2 build/tzrec train_eval --pipeline_config_path=$CONFIG --model_dir=$OUT/dist1 \
   --train_input_path="$OUT/data/train/*.csv" --eval_input_path="" --edit_config_json="$EDITS" \

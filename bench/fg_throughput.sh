@@ -8,6 +8,7 @@
 # Env: ROWS (81920) rows generated, STEPS (40) timed training steps, OMP_NUM_THREADS (all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 ROWS=${ROWS:-81920}
 STEPS=${STEPS:-40}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
@@ -26,8 +27,7 @@ rm -rf $OUT/model
 build/tzrec train_eval --pipeline_config_path=$CONFIG --eval_input_path="" \
   --edit_config_json="{\"train_config.num_epochs\": 0, \"train_config.num_steps\": $((STEPS + 21)),
     \"data_config.num_workers\": 2, \"train_config.log_step_count_steps\": 20}" >$OUT/trainer.log 2>&1
-trainer=$(sed -n 's/.*Training Epoch [0-9]*: \([0-9]*\)it \[\([0-9.]*\)it\/s\].*/\1 \2/p' $OUT/trainer.log |
-  awk 'NR>1 && $1>20 {s+=$2; n++} END {if (n) printf "%.0f", s/n*4096; else print 0}')
+trainer=$(steady_samples_per_s $OUT/trainer.log 20 4096)
 echo "[fg] trainer (DeepFM on the same features, $OMP_NUM_THREADS threads) consumes $trainer samples/s"
 echo "fg ratio: $(awk -v a=$fg -v b=$trainer 'BEGIN {printf "%.2f", a/b}')x per FG thread," \
   "$(awk -v a=$read_fg -v b=$trainer 'BEGIN {printf "%.2f", a/b}')x per reader thread (CSV read + FG)"

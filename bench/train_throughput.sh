@@ -12,6 +12,7 @@
 # OPENBLAS_CORETYPE is left as the environment has it, for both sides alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 RUNS=${RUNS:-3}
 STEPS=${STEPS:-60}
 WARMUP=${WARMUP:-20}
@@ -51,8 +52,8 @@ ours_rate() {
       \"train_config.num_steps\": $((WARMUP + STEPS + 1)),
       \"train_config.log_step_count_steps\": $WARMUP}" >$log 2>&1
   # Rates logged after the warm-up window, weighted by the steps they cover.
-  sed -n 's/.*Training Epoch [0-9]*: \([0-9]*\)it \[\([0-9.]*\)it\/s\].*/\1 \2/p' $log |
-    awk -v w=$WARMUP 'NR>1 && $1>w {s+=$2; n++} END {printf "%.1f\n", s/n*4096}'
+  steady_samples_per_s $log $WARMUP 4096
+  echo
 }
 
 reference_rate() {

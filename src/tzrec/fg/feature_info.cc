@@ -86,13 +86,13 @@ int ValueDim(const std::string& type, const Message& msg, bool is_sequence, bool
   return 1;  // overlap, kv_dot_product, combine
 }
 
+// Feature options FG and the embedding engine do not implement (init_fn is checked by the
+// config validator).
 void CheckUnsupported(const Message& msg, const std::string& where) {
-  for (const char* name : {"autodis", "mlp", "use_mask", "init_fn", "data_type_fp16"}) {
-    if (HasField(msg, name) && std::string(name) != "init_fn") {
-      if (std::string(name) == "use_mask" && !BoolField(msg, "use_mask")) continue;
-      Fail(where, ".", name, ": not supported yet");
-    }
+  for (const char* name : {"autodis", "mlp"}) {
+    if (HasField(msg, name)) Fail(where, ".", name, ": not supported yet");
   }
+  if (BoolField(msg, "use_mask")) Fail(where, ".use_mask: not supported yet");
 }
 
 }  // namespace
