@@ -52,7 +52,8 @@ class Metric {
  public:
   virtual ~Metric() = default;
   virtual void Update(const MetricInput& input) = 0;
-  // NaN when undefined (e.g. no group with both classes).
+  // NaN when undefined (e.g. no group with both classes). May fail (tzrec::Error) where
+  // TorchEasyRec asserts on the accumulated data (xauc's max_pairs against the row count).
   virtual double Compute() const = 0;
   virtual void Reset() = 0;
   virtual MetricCombine combine() const = 0;
@@ -100,7 +101,9 @@ class MeanMetric : public Metric {
 struct MetricContext {
   const google::protobuf::Message* config = nullptr;  // the oneof member message, e.g. AUC
   int num_class = 1;
-  std::string where;  // config path for errors, e.g. "model_config.mmoe.task_towers[0].metrics[1]"
+  // Path of the MetricConfig holding it, e.g. "model_config.mmoe.task_towers[0].metrics[1]";
+  // errors append the member and field ("....metrics[1].xauc.sample_ratio: ...").
+  std::string where;
 };
 
 // A configured metric and what it reads.
@@ -120,5 +123,12 @@ using MetricFactory = std::function<MetricSpec(const MetricContext&)>;
 Registry<MetricFactory>& MetricRegistry();
 // Slot tzrec.protos.TrainMetricConfig / metric.
 Registry<MetricFactory>& TrainMetricRegistry();
+
+// Builds the metric set in the oneof `metric` of `config` (a MetricConfig or TrainMetricConfig)
+// from `registry`; `where` is the path of `config` itself ("model_config.metrics[0]"). Fails
+// naming `where` when no member is set.
+MetricSpec BuildMetric(const Registry<MetricFactory>& registry,
+                       const google::protobuf::Message& config, int num_class,
+                       const std::string& where);
 
 }  // namespace tzrec
