@@ -10,7 +10,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/data/csv_reader.h"
-#include "tzrec/data/dataset.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/tools/gen_data.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "tzrec/config/pipeline_config.h"
-#include "tzrec/data/dataset.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/embedding/fused_lookup.h"

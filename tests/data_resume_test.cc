@@ -8,7 +8,7 @@
 #include "test_util.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/data/data_position.h"
-#include "tzrec/data/dataset.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/features/feature.h"
 

@@ -7,7 +7,7 @@
 #include "tzrec/common/flags.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/data/csv_reader.h"
-#include "tzrec/data/dataset.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/features/feature.h"
 
 namespace tzrec {

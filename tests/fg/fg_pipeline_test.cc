@@ -7,7 +7,7 @@
 #include "test_util.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
-#include "tzrec/data/dataset.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/tools/gen_data.h"
 

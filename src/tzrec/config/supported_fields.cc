@@ -2,96 +2,31 @@
 
 #include <google/protobuf/descriptor.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "tzrec/common/error.h"
+#include "tzrec/common/registry.h"
 #include "tzrec/common/strings.h"
 
 namespace tzrec {
 namespace {
 
+using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-enum class Coverage { kNone, kPartial, kFull };
-
-Coverage Covered(const std::string& normalized, const std::vector<std::string>& supported) {
-  Coverage best = Coverage::kNone;
-  for (const auto& pattern : supported) {
-    if (EndsWith(pattern, ".*")) {
-      std::string root = pattern.substr(0, pattern.size() - 2);
-      if (normalized == root || StartsWith(normalized, root + ".")) return Coverage::kFull;
-      if (StartsWith(root, normalized + ".")) best = Coverage::kPartial;
-    } else {
-      if (normalized == pattern) return Coverage::kFull;
-      if (StartsWith(pattern, normalized + ".")) best = Coverage::kPartial;
-    }
-  }
-  return best;
-}
-
-void Walk(const Message& msg, const std::string& path, const std::string& normalized,
-          const std::vector<std::string>& supported, std::vector<std::string>* unsupported) {
-  std::vector<const FieldDescriptor*> fields;
-  msg.GetReflection()->ListFields(msg, &fields);
-  for (const FieldDescriptor* field : fields) {
-    std::string field_path = path.empty() ? field->name() : path + "." + field->name();
-    std::string field_norm = normalized.empty() ? field->name() : normalized + "." + field->name();
-    Coverage coverage = Covered(field_norm, supported);
-    if (coverage == Coverage::kFull) continue;
-    bool is_message = field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
-    if (coverage == Coverage::kNone || !is_message) {
-      unsupported->push_back(field_path);
-      continue;
-    }
-    const auto* reflection = msg.GetReflection();
-    if (field->is_repeated()) {
-      int size = reflection->FieldSize(msg, field);
-      for (int i = 0; i < size; ++i) {
-        Walk(reflection->GetRepeatedMessage(msg, field, i), StrCat(field_path, "[", i, "]"),
-             field_norm, supported, unsupported);
-      }
-    } else {
-      Walk(reflection->GetMessage(msg, field), field_path, field_norm, supported, unsupported);
-    }
-  }
-}
-
-}  // namespace
-
-const std::vector<std::string>& SupportedConfigFields() {
-  // FG-time fields (expression, default_value, separator, normalizer, fg_value_type) are
-  // accepted for features: under FG_NONE the data is already encoded, so they have no effect
-  // by definition, exactly as in TorchEasyRec.
+// Pipeline-level fields, relative to EasyRecConfig. Messages that are registry slots
+// (model_config, feature_configs, optimizers, losses, metrics) only need their field named
+// here: their content is checked against the registrations.
+const std::vector<std::string>& PipelineFields() {
   static const std::vector<std::string> kFields = {
       "train_input_path",
       "eval_input_path",
       "model_dir",
-      // train_config
-      "train_config.sparse_optimizer.sgd_optimizer.*",
-      "train_config.sparse_optimizer.adagrad_optimizer.*",
-      "train_config.sparse_optimizer.rowwise_adagrad_optimizer.*",
-      "train_config.sparse_optimizer.adam_optimizer.*",
-      "train_config.sparse_optimizer.constant_learning_rate",
-      "train_config.dense_optimizer.sgd_optimizer.lr",
-      "train_config.dense_optimizer.sgd_optimizer.momentum",
-      "train_config.dense_optimizer.sgd_optimizer.weight_decay",
-      "train_config.dense_optimizer.sgd_optimizer.dampening",
-      "train_config.dense_optimizer.sgd_optimizer.nesterov",
-      "train_config.dense_optimizer.sgd_optimizer.fused",
-      "train_config.dense_optimizer.adam_optimizer.lr",
-      "train_config.dense_optimizer.adam_optimizer.beta1",
-      "train_config.dense_optimizer.adam_optimizer.beta2",
-      "train_config.dense_optimizer.adam_optimizer.weight_decay",
-      "train_config.dense_optimizer.adam_optimizer.eps",
-      "train_config.dense_optimizer.adam_optimizer.amsgrad",
-      "train_config.dense_optimizer.adam_optimizer.fused",
-      "train_config.dense_optimizer.adamw_optimizer.lr",
-      "train_config.dense_optimizer.adamw_optimizer.beta1",
-      "train_config.dense_optimizer.adamw_optimizer.beta2",
-      "train_config.dense_optimizer.adamw_optimizer.weight_decay",
-      "train_config.dense_optimizer.adamw_optimizer.eps",
-      "train_config.dense_optimizer.adamw_optimizer.amsgrad",
-      "train_config.dense_optimizer.adamw_optimizer.fused",
-      "train_config.dense_optimizer.constant_learning_rate",
+      "train_config.sparse_optimizer",
+      "train_config.dense_optimizer",
       "train_config.num_steps",
       "train_config.num_epochs",
       "train_config.save_checkpoints_steps",
@@ -101,19 +36,16 @@ const std::vector<std::string>& SupportedConfigFields() {
       "train_config.keep_checkpoint_max",
       "train_config.use_tensorboard",  // only `false` is accepted (checked by the trainer)
       "train_config.global_embedding_constraints.*",  // checked by the sharding planner
-      // eval_config
       "eval_config.num_steps",
       "eval_config.log_step_count_steps",
-      // data_config (dataset_type / fg_mode values are checked by the dataset)
+      // data_config: dataset_type / fg_mode values are checked by the dataset; fields only one
+      // dataset type reads are declared by its reader registration (input/dataset_reader.h).
       "data_config.batch_size",
       "data_config.dataset_type",
       "data_config.fg_encoded_multival_sep",
       "data_config.label_fields",
       "data_config.num_workers",
       "data_config.pin_memory",
-      "data_config.input_fields.*",
-      "data_config.delimiter",
-      "data_config.with_header",
       "data_config.eval_batch_size",
       "data_config.drop_remainder",
       "data_config.fg_threads",
@@ -121,67 +53,172 @@ const std::vector<std::string>& SupportedConfigFields() {
       "data_config.fg_mode",
       "data_config.shuffle",
       "data_config.shuffle_buffer_size",
-      "data_config.input_fields_str",
       "data_config.in_order",
-      // model_config (group_type and num_class values are checked by the model)
-      "model_config.feature_groups.group_name",
-      "model_config.feature_groups.feature_names",
-      "model_config.feature_groups.group_type",
-      "model_config.num_class",
-      "model_config.losses.binary_cross_entropy.*",
-      "model_config.metrics.auc.*",
-      "model_config.deepfm.deep.*",
-      "model_config.deepfm.final.*",
-      "model_config.deepfm.wide_embedding_dim",
-      "model_config.dlrm.dense_mlp.*",
-      "model_config.dlrm.final.*",
-      "model_config.dlrm.arch_with_sparse",
+      // MaxCompute read settings: no effect on other datasets, as in TorchEasyRec (the dataset
+      // logs that).
+      "data_config.odps_data_quota_name",
+      "data_config.odps_data_compression",
+      "data_config.is_orderby_partition",
+      "model_config",
+      "feature_configs",
   };
-  static const std::vector<std::string> kWithFeatures = [] {
-    std::vector<std::string> fields = kFields;
-    // Feature generation (src/tzrec/fg/) honours these on every feature type it implements,
-    // plain, as sequence_<type>, and inside a grouped sequence_feature.
-    const std::vector<std::string> common = {
-        "feature_name", "expression", "embedding_dim", "embedding_name", "pooling",
-        "default_value", "separator", "fg_encoded_default_value", "fg_value_type", "trainable",
-        "stub_type", "hash_bucket_size", "num_buckets", "vocab_list", "vocab_dict", "vocab_file",
-        "asset_dir", "default_bucketize_value", "boundaries", "value_dim", "normalizer",
-        "weighted", "sequence_length", "sequence_delim", "sequence_fields", "map", "key",
-        "combiner", "need_discrete", "need_key", "value_separator", "nested_map", "pkey", "skey",
-        "show_pkey", "show_skey", "variables", "query", "title", "method", "document",
-        "kv_delimiter", "value_map", "tokenizer_type", "text_normalizer.*", "operator_name",
-        "operator_lib_file", "operator_params.*", "is_op_thread_safe", "embedding_constraints.*"};
-    const std::vector<std::string> types = {
-        "id_feature", "raw_feature", "combo_feature", "lookup_feature", "match_feature",
-        "expr_feature", "overlap_feature", "tokenize_feature", "kv_dot_product",
-        "bool_mask_feature", "combine_feature", "custom_feature"};
-    for (const std::string& type : types) {
-      for (const std::string& prefix :
-           {"feature_configs." + type, "feature_configs.sequence_" + type,
-            "feature_configs.sequence_feature.features." + type}) {
-        for (const std::string& field : common) fields.push_back(prefix + "." + field);
-      }
-    }
-    for (const char* field : {"sequence_name", "sequence_length", "sequence_delim", "sequence_pk"}) {
-      fields.push_back(std::string("feature_configs.sequence_feature.") + field);
-    }
-    return fields;
-  }();
-  return kWithFeatures;
+  return kFields;
 }
 
-std::vector<std::string> FindUnsupportedFields(const Message& config,
-                                               const std::vector<std::string>& supported) {
-  std::vector<std::string> unsupported;
-  Walk(config, "", "", supported, &unsupported);
-  return unsupported;
+// Oneof members that will never be a model here, with the reason.
+const std::map<std::string, std::string>& Explained() {
+  static const std::map<std::string, std::string> kExplained = {
+      {"tzrec.protos.ModelConfig/model/simple_multi_task",
+       "(TorchEasyRec has no SimpleMultiTask model either, only its config message; use mmoe, "
+       "ple or dbmtl with task_towers)"},
+  };
+  return kExplained;
+}
+
+std::map<std::string, std::vector<std::string>>& BaseFields() {
+  static std::map<std::string, std::vector<std::string>> fields;
+  return fields;
+}
+
+enum class Coverage { kNone, kPartial, kFull };
+
+Coverage Covered(const std::string& field, const std::vector<std::string>& patterns) {
+  Coverage best = Coverage::kNone;
+  for (const auto& p : patterns) {
+    if (p == "*" || p == field || p == field + ".*") return Coverage::kFull;
+    if (StartsWith(p, field + ".")) best = Coverage::kPartial;
+  }
+  return best;
+}
+
+// Patterns for the children of `field`.
+std::vector<std::string> Below(const std::string& field, const std::vector<std::string>& patterns) {
+  std::vector<std::string> out;
+  for (const auto& p : patterns) {
+    if (p == "*" || p == field || p == field + ".*") {
+      out.push_back("*");
+    } else if (StartsWith(p, field + ".")) {
+      out.push_back(p.substr(field.size() + 1));
+    }
+  }
+  return out;
+}
+
+bool IsSlotType(const Descriptor* type) {
+  const HonouredFields& honoured = HonouredFields::Global();
+  if (BaseFields().count(type->full_name())) return true;
+  for (int i = 0; i < type->oneof_decl_count(); ++i) {
+    if (honoured.OneofMembers(type->full_name(), type->oneof_decl(i)->name())) return true;
+  }
+  return !honoured.EnumSlots(type->full_name()).empty();
+}
+
+class Walker {
+ public:
+  std::vector<UnsupportedField> found;
+
+  void Walk(const Message& msg, const std::string& path, std::vector<std::string> patterns) {
+    const Descriptor* type = msg.GetDescriptor();
+    std::map<std::string, std::string> notes;
+    if (IsSlotType(type)) {
+      bool replace = false;
+      std::vector<std::string> slot = SlotPatterns(msg, &notes, &replace);
+      // A oneof slot's content is the registrations' alone (the parent only allows the field);
+      // enum slots (dataset_type) add to what the parent allows.
+      if (replace) patterns.clear();
+      patterns.insert(patterns.end(), slot.begin(), slot.end());
+    }
+    std::vector<const FieldDescriptor*> fields;
+    msg.GetReflection()->ListFields(msg, &fields);
+    for (const FieldDescriptor* field : fields) {
+      const std::string name = field->name();
+      const std::string field_path = path.empty() ? name : path + "." + name;
+      const bool is_message = field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+      const Coverage coverage = Covered(name, patterns);
+      if (coverage == Coverage::kNone || (!is_message && coverage != Coverage::kFull)) {
+        auto note = notes.find(name);
+        found.push_back({field_path, note == notes.end() ? "" : note->second});
+        continue;
+      }
+      if (!is_message) continue;
+      const std::vector<std::string> below = Below(name, patterns);
+      const auto* reflection = msg.GetReflection();
+      if (field->is_repeated()) {
+        for (int i = 0; i < reflection->FieldSize(msg, field); ++i) {
+          Walk(reflection->GetRepeatedMessage(msg, field, i), StrCat(field_path, "[", i, "]"), below);
+        }
+      } else {
+        Walk(reflection->GetMessage(msg, field), field_path, below);
+      }
+    }
+  }
+
+ private:
+  // The fields a registry-slot message honours: its declared base fields, each registered
+  // member of its oneof slots with that member's fields, and the fields its enum slots' set
+  // values (any of their members, for fields read by one dataset type only) declare.
+  std::vector<std::string> SlotPatterns(const Message& msg, std::map<std::string, std::string>* notes,
+                                        bool* replace) {
+    const Descriptor* type = msg.GetDescriptor();
+    const HonouredFields& honoured = HonouredFields::Global();
+    std::vector<std::string> patterns;
+    auto base = BaseFields().find(type->full_name());
+    if (base != BaseFields().end()) {
+      patterns = base->second;
+      *replace = true;
+    }
+    for (int i = 0; i < type->oneof_decl_count(); ++i) {
+      const auto* oneof = type->oneof_decl(i);
+      const HonouredFields::Members* members = honoured.OneofMembers(type->full_name(), oneof->name());
+      if (!members) continue;
+      *replace = true;
+      std::string known;
+      for (const auto& kv : *members) known += (known.empty() ? "" : ", ") + kv.first;
+      for (int f = 0; f < oneof->field_count(); ++f) {
+        const std::string member = oneof->field(f)->name();
+        auto it = members->find(member);
+        if (it == members->end()) {
+          auto explained = Explained().find(type->full_name() + "/" + oneof->name() + "/" + member);
+          (*notes)[member] = explained != Explained().end() ? explained->second
+                                                             : "(supported: " + known + ")";
+          continue;
+        }
+        patterns.push_back(member);  // a member message with no fields set is honoured
+        for (const auto& p : it->second) patterns.push_back(member + "." + p);
+      }
+    }
+    for (const auto& [field, members] : honoured.EnumSlots(type->full_name())) {
+      (void)field;
+      for (const auto& kv : *members) {
+        for (const auto& p : kv.second) patterns.push_back(p);
+      }
+    }
+    return patterns;
+  }
+};
+
+}  // namespace
+
+bool HonourMessageFields(const std::string& message_type, std::vector<std::string> fields) {
+  auto& mine = BaseFields()[message_type];
+  mine.insert(mine.end(), fields.begin(), fields.end());
+  return true;
+}
+
+std::vector<UnsupportedField> FindUnsupportedFields(const Message& config) {
+  Walker walker;
+  walker.Walk(config, "", PipelineFields());
+  return walker.found;
 }
 
 void CheckConfigSupported(const Message& config) {
-  auto unsupported = FindUnsupportedFields(config, SupportedConfigFields());
+  auto unsupported = FindUnsupportedFields(config);
   if (unsupported.empty()) return;
   std::string message;
-  for (const auto& path : unsupported) message += (message.empty() ? "" : "\n") + path + ": not supported yet";
+  for (const auto& u : unsupported) {
+    message += (message.empty() ? "" : "\n") + u.path + ": not supported yet" +
+               (u.note.empty() ? "" : " " + u.note);
+  }
   Fail(message);
 }
 

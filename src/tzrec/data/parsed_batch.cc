@@ -5,7 +5,7 @@
 namespace tzrec {
 
 void ParsedBatch::Append(const ParsedBatch& other) {
-  if (size == 0 && sparse.empty() && dense.empty() && labels.empty()) {
+  if (size == 0 && sparse.empty() && dense.empty() && labels.empty() && reserved.empty()) {
     *this = other;
     return;
   }
@@ -23,6 +23,10 @@ void ParsedBatch::Append(const ParsedBatch& other) {
     auto& mine = sample_weights[kv.first];
     mine.insert(mine.end(), kv.second.begin(), kv.second.end());
   }
+  for (const auto& kv : other.reserved) {
+    auto& mine = reserved[kv.first];
+    mine.insert(mine.end(), kv.second.begin(), kv.second.end());
+  }
   positions.Append(other.positions);
   size += other.size;
 }
@@ -34,9 +38,10 @@ ParsedBatch ParsedBatch::Slice(int64_t begin, int64_t end) const {
   for (const auto& kv : sparse) {
     const SparseValues& src = kv.second;
     SparseValues& dst = out.sparse[kv.first];
+    dst.sequence = src.sequence;
     dst.lengths.assign(src.lengths.begin() + begin, src.lengths.begin() + end);
     int64_t value_begin = 0, value_end = 0;
-    if (src.key_lengths.empty()) {
+    if (!src.sequence) {
       for (int64_t i = 0; i < begin; ++i) value_begin += src.lengths[i];
       value_end = value_begin;
       for (int64_t i = begin; i < end; ++i) value_end += src.lengths[i];
@@ -59,8 +64,9 @@ ParsedBatch ParsedBatch::Slice(int64_t begin, int64_t end) const {
     const DenseValues& src = kv.second;
     DenseValues& dst = out.dense[kv.first];
     dst.dim = src.dim;
+    dst.sequence = src.sequence;
     int64_t row_begin = begin, row_end = end;
-    if (!src.lengths.empty()) {
+    if (src.sequence) {
       dst.lengths.assign(src.lengths.begin() + begin, src.lengths.begin() + end);
       row_begin = row_end = 0;
       for (int64_t i = 0; i < begin; ++i) row_begin += src.lengths[i];
@@ -74,6 +80,9 @@ ParsedBatch ParsedBatch::Slice(int64_t begin, int64_t end) const {
   }
   for (const auto& kv : sample_weights) {
     out.sample_weights[kv.first].assign(kv.second.begin() + begin, kv.second.begin() + end);
+  }
+  for (const auto& kv : reserved) {
+    out.reserved[kv.first].assign(kv.second.begin() + begin, kv.second.begin() + end);
   }
   if (positions.size() == static_cast<size_t>(size)) out.positions = positions.Slice(begin, end);
   return out;

@@ -15,12 +15,14 @@
 namespace tzrec {
 
 struct SparseValues {
+  bool sequence = false;  // a sequence feature: `lengths` count steps, `key_lengths` ids per step
   std::vector<int64_t> values;
   std::vector<int32_t> lengths;  // per row: ids, or for sequences: steps
   std::vector<float> weights;    // weighted features: one per value (else empty)
   // Sequence features: ids per step (lengths[i] steps of row i, key_lengths[j] ids of step j).
   std::vector<int32_t> key_lengths;
   void Append(const SparseValues& other) {
+    sequence = sequence || other.sequence;
     values.insert(values.end(), other.values.begin(), other.values.end());
     lengths.insert(lengths.end(), other.lengths.begin(), other.lengths.end());
     weights.insert(weights.end(), other.weights.begin(), other.weights.end());
@@ -29,10 +31,12 @@ struct SparseValues {
 };
 
 struct DenseValues {
+  bool sequence = false;  // a sequence feature: `lengths` count steps per row
   int32_t dim = 1;
   std::vector<float> values;  // row-major [rows, dim]; sequences: [steps, dim]
   std::vector<int32_t> lengths;  // sequence features only: steps per row
   void Append(const DenseValues& other) {
+    sequence = sequence || other.sequence;
     values.insert(values.end(), other.values.begin(), other.values.end());
     lengths.insert(lengths.end(), other.lengths.begin(), other.lengths.end());
   }
@@ -44,6 +48,8 @@ struct ParsedBatch {
   std::map<std::string, DenseValues> dense;       // by feature name
   std::map<std::string, std::vector<float>> labels;          // by label field
   std::map<std::string, std::vector<float>> sample_weights;  // by weight field
+  // Input columns passed through untouched as text (predict's reserved columns), by name.
+  std::map<std::string, std::vector<std::string>> reserved;
   RowPositions positions;  // where each row came from (exact resume)
 
   // Appends all rows of `other` (which must have the same keys).

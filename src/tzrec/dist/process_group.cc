@@ -179,4 +179,12 @@ void ProcessGroup::CheckSameOnAllRanks(const std::string& what, const std::strin
   }
 }
 
+void ProcessGroupCollectives::AllReduceSum(std::vector<double>* values) {
+  if (values->empty()) return;
+  std::vector<at::Tensor> tensors = {
+      at::from_blob(values->data(), {static_cast<int64_t>(values->size())}, at::kDouble).clone()};
+  pg_->AllReduceSum(tensors);
+  std::copy(tensors[0].data_ptr<double>(), tensors[0].data_ptr<double>() + values->size(), values->begin());
+}
+
 }  // namespace tzrec

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/common/collectives.h"
 #include "tzrec/embedding/table_shard.h"
 
 namespace tzrec {
@@ -92,6 +93,21 @@ class ProcessGroupShardComm : public ShardComm {
     return pg_->AllToAll(input, send_counts, recv_counts);
   }
   at::Tensor AllGather(const at::Tensor& input) override { return pg_->AllGather(input); }
+
+ private:
+  ProcessGroup* pg_;
+};
+
+// The Collectives (common/collectives.h) of metrics and data positions, over a ProcessGroup.
+class ProcessGroupCollectives : public Collectives {
+ public:
+  explicit ProcessGroupCollectives(ProcessGroup* pg) : pg_(pg) {}
+  int rank() const override { return pg_->rank(); }
+  int world_size() const override { return pg_->world_size(); }
+  void AllReduceSum(std::vector<double>* values) override;
+  std::vector<std::string> AllGatherBytes(const std::string& bytes) override {
+    return pg_->AllGatherStrings(bytes);
+  }
 
  private:
   ProcessGroup* pg_;

@@ -6,7 +6,6 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/strings.h"
-#include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_info.h"
 
 namespace tzrec {
@@ -60,16 +59,8 @@ void ApplyConstraints(const protos::ParameterConstraints& c, const std::string& 
 
 }  // namespace
 
-// Optimizer state floats per row of a table of `dim` (fused optimizers keep it beside the row).
-int64_t StateFloats(const protos::SparseOptimizer& optimizer, int dim) {
-  if (optimizer.has_adagrad_optimizer()) return dim;
-  if (optimizer.has_adam_optimizer()) return 2 * dim;
-  if (optimizer.has_rowwise_adagrad_optimizer()) return 1;
-  return 0;
-}
-
 std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
-                                    const std::vector<const Feature*>& features, int world_size,
+                                    const std::vector<EmbeddingTableSpec>& specs, int world_size,
                                     int64_t memory_budget_bytes) {
   std::vector<std::string> global = kImplemented;
   if (config.train_config().has_global_embedding_constraints()) {
@@ -79,15 +70,16 @@ std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
   // Tables by name, with what their features' constraints allow.
   std::map<std::string, TablePlan> tables;
   std::map<std::string, std::vector<std::string>> allowed;
-  std::map<std::string, const Feature*> by_name;
-  for (const Feature* f : features) by_name[f->name()] = f;
-  for (const Feature* f : features) {
-    if (!f->is_sparse()) continue;
-    TablePlan& plan = tables[f->embedding_name()];
-    plan.table = f->embedding_name();
-    plan.rows = f->num_embeddings();
-    plan.dim = f->embedding_dim();
-    if (!allowed.count(plan.table)) allowed[plan.table] = global;
+  std::map<std::string, std::vector<std::string>> tables_of_feature;
+  std::map<std::string, const EmbeddingTableSpec*> spec_of;
+  for (const EmbeddingTableSpec& spec : specs) {
+    TablePlan& plan = tables[spec.name];
+    plan.table = spec.name;
+    plan.rows = spec.rows;
+    plan.dim = spec.dim;
+    allowed[spec.name] = global;
+    spec_of[spec.name] = &spec;
+    for (const std::string& feature : spec.features) tables_of_feature[feature].push_back(spec.name);
   }
   for (const fg::FeatureInfo& info :
        fg::DescribeFeatures(config.feature_configs(), config.data_config().fg_mode())) {
@@ -95,17 +87,19 @@ std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
     if (!field || !info.config->GetReflection()->HasField(*info.config, field)) continue;
     const auto& constraints = static_cast<const protos::ParameterConstraints&>(
         info.config->GetReflection()->GetMessage(*info.config, field));
-    auto it = by_name.find(info.name);
+    // Constraints of features no table uses are still checked.
     std::vector<std::string> scratch = global;
-    std::vector<std::string>* target = &scratch;
-    if (it != by_name.end() && it->second->is_sparse()) target = &allowed[it->second->embedding_name()];
-    ApplyConstraints(constraints, info.config_path + ".embedding_constraints", target);
+    ApplyConstraints(constraints, info.config_path + ".embedding_constraints", &scratch);
+    for (const std::string& table : tables_of_feature[info.name]) {
+      ApplyConstraints(constraints, info.config_path + ".embedding_constraints", &allowed[table]);
+    }
   }
   // Tables nobody constrained may be row-wise sharded to fit memory; whole tables cost
   // (weights + optimizer state + the 4-byte backward slot) per row on every rank.
   if (memory_budget_bytes > 0 && world_size > 1) {
+    const SparseOptimizerSpec optimizer = ParseSparseOptimizer(config.train_config().sparse_optimizer());
     auto bytes = [&](const TablePlan& t) {
-      return t.rows * (t.dim + StateFloats(config.train_config().sparse_optimizer(), t.dim) + 1) * 4;
+      return EmbeddingCollection::TableBytes(*spec_of.at(t.table), &optimizer);
     };
     int64_t whole = 0;
     std::vector<TablePlan*> free;

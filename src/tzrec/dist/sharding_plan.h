@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/embedding/embedding_collection.h"
 #include "tzrec/embedding/table_shard.h"
 #include "tzrec/protos/pipeline.pb.h"
 
 namespace tzrec {
 
-class Feature;
 
 struct TablePlan {
   std::string table;
@@ -32,11 +32,13 @@ struct TablePlan {
   std::vector<int> ranks;  // ranks holding (a part of) the table
 };
 
-// `features` are the model's features (their embedding_name picks the table). When whole
-// (data_parallel) tables would need more than `memory_budget_bytes` per rank (0: no limit),
-// the largest tables without constraints become row_wise until the rest fits.
+// `tables` are the model's tables (EmbeddingCollection::table_specs: DEEP and WIDE tables of the
+// features its groups use); a table takes the constraints of the features looked up in it.
+// When whole (data_parallel) tables would need more than `memory_budget_bytes` per rank (0: no
+// limit; EmbeddingCollection::TableBytes with the sparse optimizer's state), the largest tables
+// without constraints become row_wise until the rest fits.
 std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
-                                    const std::vector<const Feature*>& features, int world_size,
+                                    const std::vector<EmbeddingTableSpec>& tables, int world_size,
                                     int64_t memory_budget_bytes = 0);
 
 std::string PlanToJson(const std::vector<TablePlan>& plan);

@@ -17,6 +17,7 @@ at::Tensor EmbeddingTable::weight() const {
 
 std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state() const {
   std::vector<std::pair<std::string, at::Tensor>> state;
+  if (!storage_->has_optimizer()) return state;
   at::Tensor rows = storage_->tensor().narrow(0, first_row_, rows_);
   for (const auto& slice : storage_->optimizer().spec().StateSlices(storage_->dim())) {
     state.emplace_back(slice.name, rows.narrow(1, storage_->dim() + slice.offset, slice.width));
@@ -27,7 +28,7 @@ std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state(
 EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer)
     : dim_(dim), optimizer_(optimizer) {
   TZREC_CHECK(dim > 0);
-  row_width_ = dim + optimizer->spec().StateWidth(dim);
+  row_width_ = dim + (optimizer ? optimizer->spec().StateWidth(dim) : 0);
 }
 
 EmbeddingTable* EmbeddingStorage::AddTable(const std::string& name, int64_t rows, bool trainable) {

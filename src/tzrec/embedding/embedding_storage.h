@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/common/error.h"
 #include "tzrec/embedding/sparse_optimizer.h"
 
 namespace tzrec {
@@ -47,6 +48,7 @@ class EmbeddingTable {
 
 class EmbeddingStorage {
  public:
+  // `optimizer` may be null (inference): rows then hold weights only.
   EmbeddingStorage(int dim, const SparseOptimizer* optimizer);
 
   // Adds a table before Allocate(); rows are initialised uniform in +-sqrt(1/rows)
@@ -64,7 +66,12 @@ class EmbeddingStorage {
   int64_t total_rows() const { return total_rows_; }
   float* data() { return data_.data_ptr<float>(); }
   const at::Tensor& tensor() const { return data_; }
-  const SparseOptimizer& optimizer() const { return *optimizer_; }
+  // Storages built for inference (evaluation, predict, serving) carry no optimizer state.
+  bool has_optimizer() const { return optimizer_ != nullptr; }
+  const SparseOptimizer& optimizer() const {
+    TZREC_CHECK(optimizer_ != nullptr, "embedding storage without optimizer state");
+    return *optimizer_;
+  }
   const std::vector<std::unique_ptr<EmbeddingTable>>& tables() const { return tables_; }
   // Scratch map row -> unique slot (-1 when free) used by the backward de-duplication.
   int32_t* slots();

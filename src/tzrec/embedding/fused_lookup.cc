@@ -78,16 +78,12 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   });
 }
 
-SparseGradientExchange& ExchangeHook() {
-  static SparseGradientExchange hook;
-  return hook;
-}
-
 // Data-parallel backward: this rank's summed gradient per touched row (in first-touch order,
-// so every rank merges identically), merged over ranks by the exchange hook, then the ordinary
+// so every rank merges identically), merged over ranks by `exchange`, then the ordinary
 // update applied to the merged rows as one single-id bag per row.
-void ExchangedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
-                             int64_t bags, const float* grad, int64_t iteration) {
+void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingStorage* storage,
+                             const std::vector<LookupArgs>& lookups, int64_t bags,
+                             const float* grad, int64_t iteration) {
   const int dim = storage->dim();
   const int64_t width = static_cast<int64_t>(lookups.size()) * dim;
   std::unordered_map<int64_t, int64_t> slot_of;
@@ -117,7 +113,7 @@ void ExchangedBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
   at::Tensor grad_tensor = at::empty({n, dim}, at::TensorOptions().dtype(at::kFloat));
   std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
   std::copy(sums.begin(), sums.end(), grad_tensor.data_ptr<float>());
-  ExchangeHook()(&row_tensor, &grad_tensor);
+  exchange(&row_tensor, &grad_tensor);
   const int64_t merged = row_tensor.numel();
   if (merged == 0) return;
   row_tensor = row_tensor.contiguous();
@@ -137,7 +133,8 @@ void ExchangedBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
 struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFunction> {
   // `anchor` requires grad so autograd records this node; the storage is not a variable.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
-                            int64_t storage_address, std::vector<at::Tensor> values,
+                            int64_t storage_address, int64_t exchange_address,
+                            std::vector<at::Tensor> values,
                             std::vector<at::Tensor> offsets, std::vector<int64_t> meta,
                             std::vector<at::Tensor> weights, int64_t bags);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -172,13 +169,15 @@ at::Tensor RunForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& 
 }
 
 at::Tensor StorageLookupFunction::forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
-                                          int64_t storage_address, std::vector<at::Tensor> values,
+                                          int64_t storage_address, int64_t exchange_address,
+                                          std::vector<at::Tensor> values,
                                           std::vector<at::Tensor> offsets,
                                           std::vector<int64_t> meta,
                                           std::vector<at::Tensor> weights, int64_t bags) {
   auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
   at::Tensor out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
   ctx->saved_data["storage"] = storage_address;
+  ctx->saved_data["exchange"] = exchange_address;
   ctx->saved_data["values"] = values;
   ctx->saved_data["offsets"] = offsets;
   ctx->saved_data["meta"] = meta;
@@ -196,15 +195,17 @@ torch::autograd::variable_list StorageLookupFunction::backward(
   auto weights = ctx->saved_data["weights"].toTensorVector();
   const int64_t bags = ctx->saved_data["bags"].toInt();
   at::Tensor grad = grads[0].contiguous();
-  if (ExchangeHook()) {
-    ExchangedBackwardUpdate(storage, MakeArgs(values, offsets, meta, weights), bags,
+  const auto* exchange =
+      reinterpret_cast<const SparseGradientExchange*>(ctx->saved_data["exchange"].toInt());
+  if (exchange && *exchange) {
+    ExchangedBackwardUpdate(*exchange, storage, MakeArgs(values, offsets, meta, weights), bags,
                             grad.data_ptr<float>(), storage->optimizer().step() + 1);
   } else {
     SelectedKernels().backward_update(storage, MakeArgs(values, offsets, meta, weights), bags,
                                       grad.data_ptr<float>(), storage->optimizer().step() + 1);
   }
   return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-          at::Tensor()};
+          at::Tensor(), at::Tensor()};
 }
 
 at::Tensor Anchor() {
@@ -214,10 +215,6 @@ at::Tensor Anchor() {
 }
 
 }  // namespace
-
-void SetSparseGradientExchange(SparseGradientExchange exchange) {
-  ExchangeHook() = std::move(exchange);
-}
 
 const PooledLookupKernels& FusedKernels() {
   static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate};
@@ -231,7 +228,7 @@ const PooledLookupKernels& SelectedKernels() {
 }
 
 at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
-                               int64_t bags, bool training) {
+                               int64_t bags, bool training, const SparseGradientExchange* exchange) {
   std::vector<at::Tensor> values, offsets, weights;
   std::vector<int64_t> meta;
   bool any_trainable = false;
@@ -250,8 +247,10 @@ at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<Look
   if (!training || !any_trainable) {
     return RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
   }
-  return StorageLookupFunction::apply(Anchor(), reinterpret_cast<int64_t>(storage), values, offsets,
-                                      meta, weights, bags);
+  TZREC_CHECK(storage->has_optimizer(), "training lookup of an embedding storage without optimizer");
+  return StorageLookupFunction::apply(Anchor(), reinterpret_cast<int64_t>(storage),
+                                      reinterpret_cast<int64_t>(exchange), values, offsets, meta,
+                                      weights, bags);
 }
 
 }  // namespace tzrec

@@ -47,13 +47,14 @@ struct LookupTensors {
 // every rank in the same order, with this rank's touched rows (global row in the storage,
 // int64 [n]) and their summed gradients (float [n, dim]); must replace both with the union
 // over all ranks (gradients summed), identical on every rank. The optimizer then applies the
-// merged gradients, so all ranks keep identical tables. Unset (the default): one process.
+// merged gradients, so all ranks keep identical tables.
 using SparseGradientExchange = std::function<void(at::Tensor* rows, at::Tensor* grads)>;
-void SetSparseGradientExchange(SparseGradientExchange exchange);
 
 // Returns [bags, L*dim]. With `training`, records an autograd node whose backward updates the
-// storage with its optimizer; otherwise a plain forward.
+// storage with its optimizer (merging gradients over ranks first through `exchange` when it is
+// set; it must outlive the backward); otherwise a plain forward.
 at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
-                               int64_t bags, bool training);
+                               int64_t bags, bool training,
+                               const SparseGradientExchange* exchange = nullptr);
 
 }  // namespace tzrec

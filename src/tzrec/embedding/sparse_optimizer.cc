@@ -38,48 +38,90 @@ std::string SparseOptimizerSpec::Name() const {
   return "";
 }
 
-SparseOptimizerSpec ParseSparseOptimizer(const protos::SparseOptimizer& config) {
+namespace {
+
+using google::protobuf::Message;
+
+SparseOptimizerSpec MakeSgd(const Message& msg) {
+  const auto& c = static_cast<const protos::FusedSGDOptimizer&>(msg);
   SparseOptimizerSpec spec;
-  if (config.has_sgd_optimizer()) {
-    const auto& c = config.sgd_optimizer();
-    spec.kind = SparseOptimizerSpec::Kind::kSgd;
-    spec.lr = c.lr();
-    spec.gradient_clipping = c.gradient_clipping();
-    spec.max_gradient = c.max_gradient();
-  } else if (config.has_adagrad_optimizer()) {
-    const auto& c = config.adagrad_optimizer();
-    spec.kind = SparseOptimizerSpec::Kind::kAdagrad;
-    spec.lr = c.lr();
-    spec.initial_accumulator = c.initial_accumulator_value();
-    spec.gradient_clipping = c.gradient_clipping();
-    spec.max_gradient = c.max_gradient();
-  } else if (config.has_rowwise_adagrad_optimizer()) {
-    const auto& c = config.rowwise_adagrad_optimizer();
-    spec.kind = SparseOptimizerSpec::Kind::kRowwiseAdagrad;
-    spec.lr = c.lr();
-    spec.weight_decay = c.weight_decay();
-    switch (c.weight_decay_mode()) {
-      case protos::WeightDecayMode::NONE: spec.weight_decay_mode = SparseOptimizerSpec::WeightDecayMode::kNone; break;
-      case protos::WeightDecayMode::L2: spec.weight_decay_mode = SparseOptimizerSpec::WeightDecayMode::kL2; break;
-      case protos::WeightDecayMode::DECOUPLE: spec.weight_decay_mode = SparseOptimizerSpec::WeightDecayMode::kDecouple; break;
-      default: Fail("train_config.sparse_optimizer.rowwise_adagrad_optimizer.weight_decay_mode: not supported yet");
-    }
-    spec.gradient_clipping = c.gradient_clipping();
-    spec.max_gradient = c.max_gradient();
-  } else if (config.has_adam_optimizer()) {
-    const auto& c = config.adam_optimizer();
-    spec.kind = SparseOptimizerSpec::Kind::kAdam;
-    spec.lr = c.lr();
-    spec.beta1 = c.beta1();
-    spec.beta2 = c.beta2();
-    spec.weight_decay = c.weight_decay();
-    spec.gradient_clipping = c.gradient_clipping();
-    spec.max_gradient = c.max_gradient();
-  } else {
-    Fail("train_config.sparse_optimizer: no optimizer set or optimizer not supported yet ",
-         "(supported: sgd_optimizer, adagrad_optimizer, rowwise_adagrad_optimizer, adam_optimizer)");
-  }
+  spec.kind = SparseOptimizerSpec::Kind::kSgd;
+  spec.lr = c.lr();
+  spec.gradient_clipping = c.gradient_clipping();
+  spec.max_gradient = c.max_gradient();
   return spec;
+}
+
+SparseOptimizerSpec MakeAdagrad(const Message& msg) {
+  const auto& c = static_cast<const protos::FusedAdagradOptimizer&>(msg);
+  SparseOptimizerSpec spec;
+  spec.kind = SparseOptimizerSpec::Kind::kAdagrad;
+  spec.lr = c.lr();
+  spec.initial_accumulator = c.initial_accumulator_value();
+  spec.gradient_clipping = c.gradient_clipping();
+  spec.max_gradient = c.max_gradient();
+  return spec;
+}
+
+SparseOptimizerSpec MakeRowwiseAdagrad(const Message& msg) {
+  const auto& c = static_cast<const protos::FusedRowWiseAdagradOptimizer&>(msg);
+  SparseOptimizerSpec spec;
+  spec.kind = SparseOptimizerSpec::Kind::kRowwiseAdagrad;
+  spec.lr = c.lr();
+  spec.weight_decay = c.weight_decay();
+  switch (c.weight_decay_mode()) {
+    case protos::WeightDecayMode::NONE: spec.weight_decay_mode = SparseOptimizerSpec::WeightDecayMode::kNone; break;
+    case protos::WeightDecayMode::L2: spec.weight_decay_mode = SparseOptimizerSpec::WeightDecayMode::kL2; break;
+    case protos::WeightDecayMode::DECOUPLE: spec.weight_decay_mode = SparseOptimizerSpec::WeightDecayMode::kDecouple; break;
+    default: Fail("train_config.sparse_optimizer.rowwise_adagrad_optimizer.weight_decay_mode: not supported yet");
+  }
+  spec.gradient_clipping = c.gradient_clipping();
+  spec.max_gradient = c.max_gradient();
+  return spec;
+}
+
+SparseOptimizerSpec MakeAdam(const Message& msg) {
+  const auto& c = static_cast<const protos::FusedAdamOptimizer&>(msg);
+  SparseOptimizerSpec spec;
+  spec.kind = SparseOptimizerSpec::Kind::kAdam;
+  spec.lr = c.lr();
+  spec.beta1 = c.beta1();
+  spec.beta2 = c.beta2();
+  spec.weight_decay = c.weight_decay();
+  spec.gradient_clipping = c.gradient_clipping();
+  spec.max_gradient = c.max_gradient();
+  return spec;
+}
+
+}  // namespace
+
+Registry<SparseOptimizerFactory>& SparseOptimizerRegistry() {
+  static Registry<SparseOptimizerFactory> registry(
+      "sparse optimizer", {ConfigSlot{"tzrec.protos.SparseOptimizer", "optimizer"}});
+  return registry;
+}
+
+TZREC_REGISTER(SparseOptimizerRegistry(), "sgd_optimizer", MakeSgd, "lr", "gradient_clipping",
+               "max_gradient");
+TZREC_REGISTER(SparseOptimizerRegistry(), "adagrad_optimizer", MakeAdagrad, "lr",
+               "gradient_clipping", "max_gradient", "initial_accumulator_value");
+TZREC_REGISTER(SparseOptimizerRegistry(), "rowwise_adagrad_optimizer", MakeRowwiseAdagrad, "lr",
+               "weight_decay", "weight_decay_mode", "gradient_clipping", "max_gradient");
+TZREC_REGISTER(SparseOptimizerRegistry(), "adam_optimizer", MakeAdam, "lr", "beta1", "beta2",
+               "weight_decay", "gradient_clipping", "max_gradient");
+
+SparseOptimizerSpec ParseSparseOptimizer(const protos::SparseOptimizer& config) {
+  const auto* oneof = config.GetDescriptor()->FindOneofByName("optimizer");
+  const auto* which = config.GetReflection()->GetOneofFieldDescriptor(config, oneof);
+  if (!which) {
+    Fail("train_config.sparse_optimizer: no optimizer set (supported: ",
+         SparseOptimizerRegistry().JoinNames(), ")");
+  }
+  if (!SparseOptimizerRegistry().Has(which->name())) {
+    Fail("train_config.sparse_optimizer.", which->name(), ": not supported yet (supported: ",
+         SparseOptimizerRegistry().JoinNames(), ")");
+  }
+  return SparseOptimizerRegistry().Get(which->name())(config.GetReflection()->GetMessage(config, which));
 }
 
 }  // namespace tzrec

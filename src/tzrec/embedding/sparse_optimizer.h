@@ -13,10 +13,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tzrec/common/registry.h"
 #include "tzrec/protos/optimizer.pb.h"
 
 namespace tzrec {
@@ -51,6 +53,11 @@ struct SparseOptimizerSpec {
 
 // Parses train_config.sparse_optimizer; unsupported settings fail naming the field.
 SparseOptimizerSpec ParseSparseOptimizer(const protos::SparseOptimizer& config);
+
+// Sparse optimizers by config name (slot SparseOptimizer / optimizer): the member message ->
+// its spec.
+using SparseOptimizerFactory = std::function<SparseOptimizerSpec(const google::protobuf::Message&)>;
+Registry<SparseOptimizerFactory>& SparseOptimizerRegistry();
 
 // Owns the spec, the current learning rate and the iteration count (Adam's t).
 class SparseOptimizer {

@@ -92,10 +92,13 @@ void Feature::ParseEncoded(const RecordBatch& batch, ParsedBatch* out) const {
   const Column* column = batch.Find(name_);
   if (!column) Fail(batch.source, ": column '", name_, "' for ", config_path(), " is missing");
   if (is_sparse_) {
-    ParseSparse(batch, *column, &out->sparse[name_]);
+    SparseValues& sparse = out->sparse[name_];
+    sparse.sequence = is_sequence_;
+    ParseSparse(batch, *column, &sparse);
   } else {
     auto& dense = out->dense[name_];
     dense.dim = value_dim_;
+    dense.sequence = is_sequence_;
     ParseDense(batch, *column, &dense);
   }
 }

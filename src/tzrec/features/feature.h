@@ -34,6 +34,9 @@ class Feature {
   const std::string& name() const { return name_; }
   const std::string& config_path() const { return context_.config_path; }
   const std::string& type() const { return type_; }
+  // Data group of the batch holding this feature ("__BASE__"; sampled-negative item features
+  // will live in "__NEG__").
+  const std::string& data_group() const { return data_group_; }
 
   bool is_sparse() const { return is_sparse_; }
   // Sequence features ([B, T] steps per row); sparse ones may have several ids per step.
@@ -69,6 +72,7 @@ class Feature {
   FeatureContext context_;
   std::string name_;
   std::string type_;
+  std::string data_group_ = "__BASE__";
   bool is_sparse_ = false;
   bool is_sequence_ = false;
   std::string sequence_delim_;

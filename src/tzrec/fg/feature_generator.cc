@@ -449,9 +449,11 @@ void FeatureGenerator::GenerateRows(const RecordBatch& batch, size_t row_begin, 
     DenseValues stub_dense;
     if (info.is_sparse) {
       sparse = info.stub ? &stub_sparse : &out->sparse[info.name];
+      sparse->sequence = info.is_sequence;
     } else {
       dense = info.stub ? &stub_dense : &out->dense[info.name];
       dense->dim = writer.dense_dim();
+      dense->sequence = info.is_sequence;
     }
     Column* produced_column = consumed_[f] ? &produced[f] : nullptr;
     if (produced_column) {

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tzrec/common/registry.h"
 
 namespace tzrec::fg {
 
@@ -56,7 +59,12 @@ class FeatureOp {
 };
 
 struct FeatureInfo;
-// The op of `info`'s feature type (feature_ops.cc); errors name the config path.
+// The op of `info`'s feature type (FeatureTypeRegistry); errors name the config path.
 std::unique_ptr<FeatureOp> CreateFeatureOp(const FeatureInfo& info);
+
+using FeatureOpFactory = std::function<std::unique_ptr<FeatureOp>(const FeatureInfo&)>;
+// Feature types by config name (FeatureConfig's `feature` oneof members, also as
+// sequence_<type>, and SeqFeatureConfig's), each with the config fields it honours.
+Registry<FeatureOpFactory>& FeatureTypeRegistry();
 
 }  // namespace tzrec::fg

@@ -587,24 +587,81 @@ class TokenizeOp : public FeatureOp {
 
 }  // namespace
 
-std::unique_ptr<FeatureOp> CreateFeatureOp(const FeatureInfo& info) {
-  const std::string& where = info.config_path;
-  const std::string& t = info.type;
-  if (t == "id_feature") return std::make_unique<IdOp>(info.weighted);
-  if (t == "raw_feature") {
-    return std::make_unique<RawOp>(Normalizer(StringField(*info.config, "normalizer"), where + ".normalizer"));
-  }
-  if (t == "combo_feature") return std::make_unique<ComboOp>();
-  if (t == "lookup_feature") return std::make_unique<LookupOp>(info, where);
-  if (t == "match_feature") return std::make_unique<MatchOp>(info, where);
-  if (t == "expr_feature") return std::make_unique<ExprOp>(info, where);
-  if (t == "overlap_feature") return std::make_unique<OverlapOp>(info, where);
-  if (t == "kv_dot_product") return std::make_unique<KvDotOp>(info, where);
-  if (t == "bool_mask_feature") return std::make_unique<BoolMaskOp>();
-  if (t == "combine_feature") return std::make_unique<CombineOp>(info, where);
-  if (t == "tokenize_feature") return std::make_unique<TokenizeOp>(info, where);
-  if (t == "custom_feature") return CreateCustomOp(info);
-  Fail(where, ": feature generation for ", t, " is not supported yet");
+namespace {
+
+using OpPtr = std::unique_ptr<FeatureOp>;
+
+OpPtr MakeIdOp(const FeatureInfo& info) { return std::make_unique<IdOp>(info.weighted); }
+OpPtr MakeRawOp(const FeatureInfo& info) {
+  return std::make_unique<RawOp>(
+      Normalizer(StringField(*info.config, "normalizer"), info.config_path + ".normalizer"));
 }
+OpPtr MakeComboOp(const FeatureInfo&) { return std::make_unique<ComboOp>(); }
+OpPtr MakeLookupOp(const FeatureInfo& info) { return std::make_unique<LookupOp>(info, info.config_path); }
+OpPtr MakeMatchOp(const FeatureInfo& info) { return std::make_unique<MatchOp>(info, info.config_path); }
+OpPtr MakeExprOp(const FeatureInfo& info) { return std::make_unique<ExprOp>(info, info.config_path); }
+OpPtr MakeOverlapOp(const FeatureInfo& info) { return std::make_unique<OverlapOp>(info, info.config_path); }
+OpPtr MakeKvDotOp(const FeatureInfo& info) { return std::make_unique<KvDotOp>(info, info.config_path); }
+OpPtr MakeBoolMaskOp(const FeatureInfo&) { return std::make_unique<BoolMaskOp>(); }
+OpPtr MakeCombineOp(const FeatureInfo& info) { return std::make_unique<CombineOp>(info, info.config_path); }
+OpPtr MakeTokenizeOp(const FeatureInfo& info) { return std::make_unique<TokenizeOp>(info, info.config_path); }
+// A grouped sequence_feature is expanded into its sub-features before any op is made.
+OpPtr NoOp(const FeatureInfo& info) {
+  Fail(info.config_path, ": a grouped sequence_feature has no operator of its own");
+}
+
+}  // namespace
+
+Registry<FeatureOpFactory>& FeatureTypeRegistry() {
+  static Registry<FeatureOpFactory> registry(
+      "feature type", {ConfigSlot{"tzrec.protos.FeatureConfig", "feature"},
+                       ConfigSlot{"tzrec.protos.SeqFeatureConfig", "feature"}});
+  return registry;
+}
+
+std::unique_ptr<FeatureOp> CreateFeatureOp(const FeatureInfo& info) {
+  if (!FeatureTypeRegistry().Has(info.type)) {
+    Fail(info.config_path, ": feature generation for ", info.type, " is not supported yet");
+  }
+  return FeatureTypeRegistry().Get(info.type)(info);
+}
+
+namespace {
+
+// Fields feature generation and the embedding layer honour on every feature type (plain, as
+// sequence_<type>, and inside a grouped sequence_feature); fields a type does not have cannot be
+// set on it anyway. Unlisted ones (init_fn, zch, dynamicemb, autodis, mlp, data_type,
+// use_mask, fill_missing, ...) are rejected by the config check.
+#define TZREC_FG_FEATURE_FIELDS                                                                  \
+  "feature_name", "expression", "embedding_dim", "embedding_name", "pooling", "default_value",   \
+      "separator", "fg_encoded_default_value", "fg_value_type", "trainable", "stub_type",        \
+      "hash_bucket_size", "num_buckets", "vocab_list", "vocab_dict", "vocab_file", "asset_dir",  \
+      "default_bucketize_value", "boundaries", "value_dim", "normalizer", "weighted",            \
+      "sequence_length", "sequence_delim", "sequence_fields", "map", "key", "combiner",          \
+      "need_discrete", "need_key", "value_separator", "nested_map", "pkey", "skey", "show_pkey", \
+      "show_skey", "variables", "query", "title", "method", "document", "kv_delimiter",          \
+      "value_map", "tokenizer_type", "text_normalizer.*", "operator_name", "operator_lib_file",  \
+      "operator_params.*", "is_op_thread_safe", "embedding_constraints.*"
+
+#define TZREC_REGISTER_FEATURE_TYPE(NAME, FACTORY)                                           \
+  TZREC_REGISTER(FeatureTypeRegistry(), NAME, FACTORY, TZREC_FG_FEATURE_FIELDS);             \
+  TZREC_REGISTER(FeatureTypeRegistry(), "sequence_" NAME, FACTORY, TZREC_FG_FEATURE_FIELDS)
+
+TZREC_REGISTER_FEATURE_TYPE("id_feature", MakeIdOp);
+TZREC_REGISTER_FEATURE_TYPE("raw_feature", MakeRawOp);
+TZREC_REGISTER_FEATURE_TYPE("combo_feature", MakeComboOp);
+TZREC_REGISTER_FEATURE_TYPE("lookup_feature", MakeLookupOp);
+TZREC_REGISTER_FEATURE_TYPE("match_feature", MakeMatchOp);
+TZREC_REGISTER_FEATURE_TYPE("expr_feature", MakeExprOp);
+TZREC_REGISTER_FEATURE_TYPE("overlap_feature", MakeOverlapOp);
+TZREC_REGISTER_FEATURE_TYPE("kv_dot_product", MakeKvDotOp);
+TZREC_REGISTER_FEATURE_TYPE("bool_mask_feature", MakeBoolMaskOp);
+TZREC_REGISTER_FEATURE_TYPE("combine_feature", MakeCombineOp);
+TZREC_REGISTER_FEATURE_TYPE("tokenize_feature", MakeTokenizeOp);
+TZREC_REGISTER_FEATURE_TYPE("custom_feature", CreateCustomOp);
+TZREC_REGISTER(FeatureTypeRegistry(), "sequence_feature", NoOp, "sequence_name", "sequence_length",
+               "sequence_delim", "sequence_pk", "features");
+
+}  // namespace
 
 }  // namespace tzrec::fg

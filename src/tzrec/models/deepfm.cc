@@ -11,18 +11,18 @@
 #include <set>
 
 #include "tzrec/common/error.h"
-#include "tzrec/models/rank_model.h"
+#include "tzrec/models/model.h"
 #include "tzrec/modules/fm.h"
 #include "tzrec/modules/mlp.h"
 
 namespace tzrec {
 namespace {
 
-class DeepFM : public RankModel {
+class DeepFM : public Model {
  public:
-  DeepFM(const protos::ModelConfig& config, std::vector<const Feature*> features,
-         std::vector<std::string> labels, std::vector<std::string> sample_weights)
-      : RankModel(config, std::move(features), std::move(labels), std::move(sample_weights)) {
+  DeepFM(const ModelContext& context) : Model(context) {
+    const protos::ModelConfig& config = *context.config;
+    AddRankHead();
     const auto& deepfm = config.deepfm();
     InitInput(static_cast<int>(deepfm.wide_embedding_dim()));
     fm_group_ = embedding_group().HasGroup("fm") ? "fm" : "deep";
@@ -42,7 +42,7 @@ class DeepFM : public RankModel {
           "final_mlp", MLP(1 + fm_dims_[0] + final_dim, deepfm.final(), "model_config.deepfm.final"));
       final_dim = final_mlp_->output_dim();
     }
-    output_mlp_ = register_module("output_mlp", torch::nn::Linear(final_dim, num_class()));
+    output_mlp_ = register_module("output_mlp", torch::nn::Linear(final_dim, static_cast<int64_t>(heads()[0]->num_class())));
   }
 
   Predictions Predict(const Batch& batch) override {
@@ -59,7 +59,7 @@ class DeepFM : public RankModel {
     } else {
       y = y_wide + at::sum(y_fm, {1}, /*keepdim=*/true) + output_mlp_->forward(y_deep);
     }
-    return OutputToPrediction(y);
+    return HeadPredictions({y});
   }
 
  private:
@@ -71,12 +71,12 @@ class DeepFM : public RankModel {
   torch::nn::Linear output_mlp_{nullptr};
 };
 
-const ModelRegistration kRegisterDeepFM(
-    "deepfm", [](const protos::ModelConfig& config, std::vector<const Feature*> features,
-                 std::vector<std::string> labels, std::vector<std::string> sample_weights) {
-      return std::shared_ptr<Model>(std::make_shared<DeepFM>(
-          config, std::move(features), std::move(labels), std::move(sample_weights)));
-    });
+std::shared_ptr<Model> Make(const ModelContext& context) {
+  return std::make_shared<DeepFM>(context);
+}
 
 }  // namespace
+
+TZREC_REGISTER(ModelRegistry(), "deepfm", Make, "deep.*", "final.*", "wide_embedding_dim");
+
 }  // namespace tzrec

@@ -11,18 +11,18 @@
 #include <set>
 
 #include "tzrec/common/error.h"
-#include "tzrec/models/rank_model.h"
+#include "tzrec/models/model.h"
 #include "tzrec/modules/interaction.h"
 #include "tzrec/modules/mlp.h"
 
 namespace tzrec {
 namespace {
 
-class DLRM : public RankModel {
+class DLRM : public Model {
  public:
-  DLRM(const protos::ModelConfig& config, std::vector<const Feature*> features,
-       std::vector<std::string> labels, std::vector<std::string> sample_weights)
-      : RankModel(config, std::move(features), std::move(labels), std::move(sample_weights)) {
+  DLRM(const ModelContext& context) : Model(context) {
+    const protos::ModelConfig& config = *context.config;
+    AddRankHead();
     const auto& dlrm = config.dlrm();
     InitInput();
     const auto& groups = embedding_group().group_names();
@@ -52,7 +52,7 @@ class DLRM : public RankModel {
     final_mlp_ = register_module("final_mlp",
                                  MLP(final_in, dlrm.final(), "model_config.dlrm.final"));
     output_mlp_ = register_module("output_mlp",
-                                  torch::nn::Linear(final_mlp_->output_dim(), num_class()));
+                                  torch::nn::Linear(final_mlp_->output_dim(), static_cast<int64_t>(heads()[0]->num_class())));
   }
 
   Predictions Predict(const Batch& batch) override {
@@ -68,7 +68,7 @@ class DLRM : public RankModel {
     if (dense_mlp_) parts.push_back(dense);
     if (arch_with_sparse_) parts.push_back(sparse);
     at::Tensor y = output_mlp_->forward(final_mlp_->forward(at::cat(parts, 1)));
-    return OutputToPrediction(y);
+    return HeadPredictions({y});
   }
 
  private:
@@ -81,12 +81,12 @@ class DLRM : public RankModel {
   torch::nn::Linear output_mlp_{nullptr};
 };
 
-const ModelRegistration kRegisterDLRM(
-    "dlrm", [](const protos::ModelConfig& config, std::vector<const Feature*> features,
-               std::vector<std::string> labels, std::vector<std::string> sample_weights) {
-      return std::shared_ptr<Model>(std::make_shared<DLRM>(
-          config, std::move(features), std::move(labels), std::move(sample_weights)));
-    });
+std::shared_ptr<Model> Make(const ModelContext& context) {
+  return std::make_shared<DLRM>(context);
+}
 
 }  // namespace
+
+TZREC_REGISTER(ModelRegistry(), "dlrm", Make, "dense_mlp.*", "final.*", "arch_with_sparse");
+
 }  // namespace tzrec

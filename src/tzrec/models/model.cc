@@ -1,41 +1,216 @@
 #include "tzrec/models/model.h"
 
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/dot.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <numeric>
+
 #include "tzrec/common/error.h"
+#include "tzrec/config/supported_fields.h"
+#include "tzrec/heads/pareto.h"
 
 namespace tzrec {
+namespace {
+
+// ModelConfig's fields outside the `model` oneof that the model layer reads.
+const bool kModelConfigFields = HonourMessageFields(
+    "tzrec.protos.ModelConfig",
+    {"feature_groups.group_name", "feature_groups.feature_names", "feature_groups.group_type",
+     "num_class", "losses", "metrics", "train_metrics", "use_pareto_loss_weight"});
+
+}  // namespace
 
 Registry<ModelFactory>& ModelRegistry() {
-  static Registry<ModelFactory> registry("model");
+  static Registry<ModelFactory> registry("model", {ConfigSlot{"tzrec.protos.ModelConfig", "model"}});
   return registry;
 }
 
-Model::Model(const protos::ModelConfig& config, std::vector<const Feature*> features,
-             std::vector<std::string> labels, std::vector<std::string> sample_weights)
-    : config_(config), features_(std::move(features)), labels_(std::move(labels)),
-      sample_weights_(std::move(sample_weights)) {}
+Model::Model(const ModelContext& context)
+    : config_(*context.config), features_(context.features), head_context_(context.heads) {}
 
-void Model::InitInput(int wide_embedding_dim) {
-  embedding_group_ =
-      std::make_unique<EmbeddingGroup>(features_, config_.feature_groups(), wide_embedding_dim);
+EmbeddingGroup& Model::InitInput(int wide_embedding_dim) {
+  EmbeddingGroup::Options options;
+  options.wide_embedding_dim = wide_embedding_dim;
+  return AddEmbeddingGroup(config_.feature_groups(), options);
 }
+
+EmbeddingGroup& Model::AddEmbeddingGroup(
+    const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,
+    EmbeddingGroup::Options options) {
+  groups_.push_back(std::make_unique<EmbeddingGroup>(&collection_, features_, groups, std::move(options)));
+  return *groups_.back();
+}
+
+LookupOutputs Model::Lookup(const Batch& batch) { return collection_.Lookup(batch, is_training()); }
 
 std::map<std::string, at::Tensor> Model::BuildInput(const Batch& batch) {
-  return embedding_group_->Forward(batch, is_training());
+  TZREC_CHECK(!groups_.empty(), "model has no embedding group (InitInput was not called)");
+  return groups_.front()->Forward(Lookup(batch), batch);
 }
 
-std::shared_ptr<Model> CreateModel(const protos::ModelConfig& config,
-                                   std::vector<const Feature*> features,
-                                   std::vector<std::string> labels,
-                                   std::vector<std::string> sample_weights) {
+TaskHead& Model::AddRankHead() {
+  TaskSpec spec;
+  spec.where = "model_config";
+  if (!head_context_.label_fields.empty()) spec.label_name = head_context_.label_fields[0];
+  spec.num_class = static_cast<int>(config_.num_class());
+  spec.losses = &config_.losses();
+  spec.metrics = &config_.metrics();
+  spec.train_metrics = &config_.train_metrics();
+  if (!head_context_.sample_weight_fields.empty()) {
+    spec.weighting = TaskSpec::Weighting::kSampleWeight;
+    spec.sample_weight_name = head_context_.sample_weight_fields[0];
+  }
+  if (config_.use_pareto_loss_weight()) {
+    Fail("model_config.use_pareto_loss_weight: only multi-task models weight several tasks");
+  }
+  heads_.push_back(std::make_unique<TaskHead>(std::move(spec), head_context_));
+  return *heads_.back();
+}
+
+void Model::AddTowerHeads(const std::vector<const google::protobuf::Message*>& towers,
+                          const std::string& where) {
+  if (config_.losses_size() > 0) Fail("model_config.losses: set losses in ", where, "[].losses");
+  if (config_.metrics_size() > 0) Fail("model_config.metrics: set metrics in ", where, "[].metrics");
+  if (config_.train_metrics_size() > 0) {
+    Fail("model_config.train_metrics: set train metrics in ", where, "[].train_metrics");
+  }
+  if (config_.has_num_class()) Fail("model_config.num_class: set num_class in ", where, "[].num_class");
+  if (towers.empty()) Fail(where, ": at least one task tower is required");
+  std::set<std::string> names;
+  for (size_t i = 0; i < towers.size(); ++i) {
+    const std::string tower_where = StrCat(where, "[", i, "]");
+    TaskSpec spec = TaskSpecFromTower(*towers[i], tower_where, static_cast<int>(i), head_context_);
+    if (!names.insert(spec.tower_name).second) {
+      Fail(tower_where, ".tower_name: duplicate tower '", spec.tower_name, "'");
+    }
+    heads_.push_back(std::make_unique<TaskHead>(std::move(spec), head_context_));
+  }
+  if (config_.use_pareto_loss_weight()) {
+    double sum = 0.0;
+    for (const auto& head : heads_) {
+      for (double c : head->ParetoMinWeights()) sum += c;
+    }
+    if (!(sum >= 0 && sum < 1)) {
+      Fail(where, "[].pareto_min_loss_weight: the bounds of all losses must sum to [0, 1), got ", sum);
+    }
+  }
+}
+
+Predictions Model::HeadPredictions(const std::vector<at::Tensor>& outputs) const {
+  TZREC_CHECK(outputs.size() == heads_.size());
+  Predictions predictions;
+  for (size_t i = 0; i < heads_.size(); ++i) heads_[i]->AddPredictions(outputs[i], &predictions);
+  return predictions;
+}
+
+NamedLosses Model::ComputeLosses(const Predictions& predictions, const Batch& batch) const {
+  NamedLosses losses;
+  for (const auto& head : heads_) head->ComputeLosses(predictions, batch, &losses);
+  return losses;
+}
+
+at::Tensor Model::TotalLoss(const NamedLosses& losses) {
+  TZREC_CHECK(!losses.empty());
+  if (!(is_training() && config_.use_pareto_loss_weight() && losses.size() > 1)) {
+    at::Tensor total = losses[0].second;
+    for (size_t i = 1; i < losses.size(); ++i) total = total + losses[i].second;
+    return total;
+  }
+  std::vector<at::Tensor> params;
+  for (const auto& p : parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  std::vector<at::Tensor> rows;
+  for (const auto& [name, loss] : losses) {
+    // Dense gradients only: the embedding lookup's backward (which updates the tables) is not
+    // on the path to the dense parameters and does not run here.
+    auto grads = torch::autograd::grad({loss}, params, {}, /*retain_graph=*/true,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    std::vector<at::Tensor> flat;
+    for (size_t i = 0; i < params.size(); ++i) {
+      flat.push_back(grads[i].defined() ? grads[i].reshape({-1}) : at::zeros({params[i].numel()}));
+    }
+    rows.push_back(at::cat(flat).to(at::kDouble));
+  }
+  const int64_t k = static_cast<int64_t>(rows.size());
+  at::Tensor ggt = at::zeros({k, k}, at::kDouble);
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      const double v = at::dot(rows[i], rows[j]).item<double>();
+      ggt[i][j] = v;
+      ggt[j][i] = v;
+    }
+  }
+  std::vector<double> min_weights;
+  for (const auto& head : heads_) {
+    for (double c : head->ParetoMinWeights()) min_weights.push_back(c);
+  }
+  TZREC_CHECK(static_cast<int64_t>(min_weights.size()) == k);
+  const std::vector<double> w = ParetoLossWeights(ggt, min_weights);
+  at::Tensor total = losses[0].second * w[0];
+  for (int64_t i = 1; i < k; ++i) total = total + losses[i].second * w[i];
+  return total;
+}
+
+void Model::UpdateMetrics(const Predictions& predictions, const Batch& batch, const NamedLosses& losses) {
+  for (auto& head : heads_) head->UpdateMetrics(predictions, batch, losses);
+}
+
+std::map<std::string, double> Model::ComputeMetrics(Collectives* comm) {
+  std::vector<Metric*> metrics;
+  for (auto& head : heads_) {
+    for (Metric* m : head->MetricObjects()) metrics.push_back(m);
+  }
+  CombineOverRanks(metrics, comm);
+  std::map<std::string, double> values;
+  for (const auto& head : heads_) head->AddMetricValues(&values);
+  return values;
+}
+
+void Model::ResetMetrics() {
+  for (auto& head : heads_) head->ResetMetrics();
+}
+
+void Model::UpdateTrainMetrics(const Predictions& predictions, const Batch& batch, Collectives* comm) {
+  for (auto& head : heads_) head->UpdateTrainMetrics(predictions, batch, comm);
+}
+
+std::map<std::string, double> Model::TrainMetricValues() const {
+  std::map<std::string, double> values;
+  for (const auto& head : heads_) head->AddTrainMetricValues(&values);
+  return values;
+}
+
+bool Model::has_train_metrics() const {
+  for (const auto& head : heads_) {
+    if (head->has_train_metrics()) return true;
+  }
+  return false;
+}
+
+std::shared_ptr<Model> CreateModel(const ModelContext& context) {
+  const protos::ModelConfig& config = *context.config;
   const auto* oneof = config.GetDescriptor()->FindOneofByName("model");
   const auto* which = config.GetReflection()->GetOneofFieldDescriptor(config, oneof);
-  if (!which) Fail("model_config: no model set");
+  if (!which) Fail("model_config: no model set (supported: ", ModelRegistry().JoinNames(), ")");
   if (!ModelRegistry().Has(which->name())) {
-    Fail("model_config.", which->name(), ": not supported yet (supported: ",
-         ModelRegistry().JoinNames(), ")");
+    Fail("model_config.", which->name(), ": not supported yet (supported: ", ModelRegistry().JoinNames(), ")");
   }
-  return ModelRegistry().Get(which->name())(config, std::move(features), std::move(labels),
-                                            std::move(sample_weights));
+  return ModelRegistry().Get(which->name())(context);
+}
+
+std::vector<const google::protobuf::Message*> TaskTowers(const google::protobuf::Message& model) {
+  std::vector<const google::protobuf::Message*> towers;
+  const auto* field = model.GetDescriptor()->FindFieldByName("task_towers");
+  if (!field) return towers;
+  const auto* reflection = model.GetReflection();
+  for (int i = 0; i < reflection->FieldSize(model, field); ++i) {
+    towers.push_back(&reflection->GetRepeatedMessage(model, field, i));
+  }
+  return towers;
 }
 
 }  // namespace tzrec

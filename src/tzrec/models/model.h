@@ -1,10 +1,14 @@
 // Model interface and registry.
 //
-// A Model is an ordinary torch::nn::Module (its dense parameters are what the dense
-// optimizer trains) that owns an EmbeddingGroup (tables trained by the sparse optimizer).
-// Predict() maps a Batch to named predictions ("logits", "probs", ...); losses and metrics are
-// named as in TorchEasyRec ("binary_cross_entropy", "auc"). Models register under their
-// model_config oneof name. A model is used by one thread at a time.
+// A Model is an ordinary torch::nn::Module (its dense parameters are what the dense optimizer
+// trains) that owns an EmbeddingCollection (tables trained by the sparse optimizer, or without
+// optimizer state for inference) and one TaskHead per task. Predict() maps a Batch to named
+// predictions ("logits", "probs", "probs_ctr", "y", ...); the heads turn predictions into losses
+// (named as in TorchEasyRec: "binary_cross_entropy", "binary_cross_entropy_ctr"), metrics and
+// train metrics. A model does not know how it is run: the same object serves training,
+// evaluation, predict and serving. Models register under their model_config oneof name
+// with the fields of their config message they honour (TZREC_REGISTER(ModelRegistry(), ...)).
+// A model is used by one thread at a time.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -15,63 +19,90 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/batch/batch.h"
 #include "tzrec/common/registry.h"
+#include "tzrec/embedding/embedding_collection.h"
 #include "tzrec/embedding/embedding_group.h"
 #include "tzrec/features/feature.h"
+#include "tzrec/heads/task_head.h"
 #include "tzrec/protos/model.pb.h"
-#include "tzrec/train/batch.h"
 
 namespace tzrec {
 
-using Predictions = std::map<std::string, at::Tensor>;
+// What a model is built from.
+struct ModelContext {
+  const protos::ModelConfig* config = nullptr;
+  std::vector<const Feature*> features;
+  HeadContext heads;  // labels, sample weights, sparse features; needs_labels false for inference
+};
 
 class Model : public torch::nn::Module {
  public:
-  Model(const protos::ModelConfig& config, std::vector<const Feature*> features,
-        std::vector<std::string> labels, std::vector<std::string> sample_weights);
+  explicit Model(const ModelContext& context);
 
   virtual Predictions Predict(const Batch& batch) = 0;
-  // Named losses of this batch (each a scalar).
-  virtual std::map<std::string, at::Tensor> ComputeLoss(const Predictions& predictions,
-                                                        const Batch& batch) = 0;
-  virtual void UpdateMetrics(const Predictions& predictions, const Batch& batch) = 0;
-  virtual std::map<std::string, double> ComputeMetrics() = 0;
-  virtual void ResetMetrics() = 0;
-  // Evaluation state as numbers that add up over ranks (counts, sums), same length on every
-  // rank for one config; SetMetricState loads summed values back.
-  virtual std::vector<double> MetricState() const = 0;
-  virtual void SetMetricState(const std::vector<double>& state) = 0;
 
-  EmbeddingGroup& embedding_group() { return *embedding_group_; }
+  // Every task's losses in task order, named as TorchEasyRec logs them.
+  NamedLosses ComputeLosses(const Predictions& predictions, const Batch& batch) const;
+  // What backward runs on: the sum of the losses, or in training with use_pareto_loss_weight
+  // their Pareto-efficient weighting (weights from the losses' dense gradients, Lin et al.
+  // 2019, lower bounds pareto_min_loss_weight).
+  at::Tensor TotalLoss(const NamedLosses& losses);
+
+  // Evaluation metrics (with the loss means from `losses`).
+  void UpdateMetrics(const Predictions& predictions, const Batch& batch, const NamedLosses& losses);
+  // Combines every metric over ranks (collective; null comm: one process) and computes them.
+  std::map<std::string, double> ComputeMetrics(Collectives* comm);
+  void ResetMetrics();
+  // Train metrics (collectives at their decay steps, on every rank alike).
+  void UpdateTrainMetrics(const Predictions& predictions, const Batch& batch, Collectives* comm);
+  std::map<std::string, double> TrainMetricValues() const;
+  bool has_train_metrics() const;
+
+  EmbeddingCollection& embedding_collection() { return collection_; }
+  const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
 
  protected:
-  // Builds the embedding group from model_config.feature_groups.
-  void InitInput(int wide_embedding_dim = 4);
-  // {group_name: [B, dim]}; records sparse gradients when training.
+  // The view of model_config.feature_groups (the common case: one view, shared tables).
+  EmbeddingGroup& InitInput(int wide_embedding_dim = 4);
+  EmbeddingGroup& embedding_group() { return *groups_.front(); }
+  // A further view with its own options (e.g. per-tower tables).
+  EmbeddingGroup& AddEmbeddingGroup(
+      const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,
+      EmbeddingGroup::Options options);
+  // One lookup of every table, then the first view's {group_name: [B, dim]}.
   std::map<std::string, at::Tensor> BuildInput(const Batch& batch);
+  LookupOutputs Lookup(const Batch& batch);
 
+  // A single-task ranking model's head: model_config's losses, metrics, train_metrics and
+  // num_class, the first label field and the first sample weight field.
+  TaskHead& AddRankHead();
+  // One head per task tower (`towers` are TaskTower or BayesTaskTower messages at `where`);
+  // model-level losses / metrics / num_class, which multi-task models do not read, are errors.
+  void AddTowerHeads(const std::vector<const google::protobuf::Message*>& towers, const std::string& where);
+  // Predictions of every head from its task output ([B, num_class] each, in head order).
+  Predictions HeadPredictions(const std::vector<at::Tensor>& outputs) const;
+
+  const protos::ModelConfig& config() const { return config_; }
+  const std::vector<const Feature*>& features() const { return features_; }
+
+ private:
   protos::ModelConfig config_;
   std::vector<const Feature*> features_;
-  std::vector<std::string> labels_;
-  std::vector<std::string> sample_weights_;
-  std::unique_ptr<EmbeddingGroup> embedding_group_;
+  HeadContext head_context_;
+  EmbeddingCollection collection_;
+  std::vector<std::unique_ptr<EmbeddingGroup>> groups_;
+  std::vector<std::unique_ptr<TaskHead>> heads_;
 };
 
-using ModelFactory = std::function<std::shared_ptr<Model>(
-    const protos::ModelConfig&, std::vector<const Feature*>, std::vector<std::string>,
-    std::vector<std::string>)>;
+using ModelFactory = std::function<std::shared_ptr<Model>(const ModelContext&)>;
+// Slot tzrec.protos.ModelConfig / model.
 Registry<ModelFactory>& ModelRegistry();
 
-struct ModelRegistration {
-  ModelRegistration(const std::string& oneof_name, ModelFactory factory) {
-    ModelRegistry().Register(oneof_name, std::move(factory));
-  }
-};
-
 // Builds the model named by model_config's `model` oneof.
-std::shared_ptr<Model> CreateModel(const protos::ModelConfig& config,
-                                   std::vector<const Feature*> features,
-                                   std::vector<std::string> labels,
-                                   std::vector<std::string> sample_weights);
+std::shared_ptr<Model> CreateModel(const ModelContext& context);
+
+// The task towers of a multi-task model config message (its repeated `task_towers`).
+std::vector<const google::protobuf::Message*> TaskTowers(const google::protobuf::Message& model);
 
 }  // namespace tzrec

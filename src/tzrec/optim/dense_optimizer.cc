@@ -1,5 +1,6 @@
 #include "tzrec/optim/dense_optimizer.h"
 
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -7,43 +8,89 @@
 #include "tzrec/common/error.h"
 
 namespace tzrec {
+namespace {
+
+using google::protobuf::Message;
+using OptimizerPtr = std::unique_ptr<torch::optim::Optimizer>;
+
+OptimizerPtr MakeSgd(const Message& msg, std::vector<at::Tensor> parameters) {
+  const auto& c = static_cast<const protos::SGDOptimizer&>(msg);
+  return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(c.lr())
+                                                             .momentum(c.momentum())
+                                                             .dampening(c.dampening())
+                                                             .weight_decay(c.weight_decay())
+                                                             .nesterov(c.nesterov()));
+}
+
+// torch.optim.Adagrad: sum += g^2; w -= lr * g / (sqrt(sum) + eps), L2 weight decay added to g.
+OptimizerPtr MakeAdagrad(const Message& msg, std::vector<at::Tensor> parameters) {
+  const auto& c = static_cast<const protos::AdagradOptimizer&>(msg);
+  return std::make_unique<torch::optim::Adagrad>(
+      parameters, torch::optim::AdagradOptions(c.lr())
+                      .weight_decay(c.weight_decay())
+                      .initial_accumulator_value(c.initial_accumulator_value())
+                      .eps(c.eps()));
+}
+
+OptimizerPtr MakeAdam(const Message& msg, std::vector<at::Tensor> parameters) {
+  const auto& c = static_cast<const protos::AdamOptimizer&>(msg);
+  return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(c.lr())
+                                                              .betas({c.beta1(), c.beta2()})
+                                                              .eps(c.eps())
+                                                              .weight_decay(c.weight_decay())
+                                                              .amsgrad(c.amsgrad()));
+}
+
+OptimizerPtr MakeAdamW(const Message& msg, std::vector<at::Tensor> parameters) {
+  const auto& c = static_cast<const protos::AdamWOptimizer&>(msg);
+  return std::make_unique<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(c.lr())
+                                                               .betas({c.beta1(), c.beta2()})
+                                                               .eps(c.eps())
+                                                               .weight_decay(c.weight_decay())
+                                                               .amsgrad(c.amsgrad()));
+}
+
+}  // namespace
+
+Registry<DenseOptimizerFactory>& DenseOptimizerRegistry() {
+  static Registry<DenseOptimizerFactory> registry(
+      "dense optimizer", {ConfigSlot{"tzrec.protos.DenseOptimizer", "optimizer"}});
+  return registry;
+}
+
+// `fused` selects torch's fused CUDA kernels; the math is the same on CPU.
+TZREC_REGISTER(DenseOptimizerRegistry(), "sgd_optimizer", MakeSgd, "lr", "momentum",
+               "weight_decay", "dampening", "nesterov", "fused");
+TZREC_REGISTER(DenseOptimizerRegistry(), "adagrad_optimizer", MakeAdagrad, "lr", "weight_decay",
+               "initial_accumulator_value", "eps", "fused");
+TZREC_REGISTER(DenseOptimizerRegistry(), "adam_optimizer", MakeAdam, "lr", "beta1", "beta2",
+               "weight_decay", "eps", "amsgrad", "fused");
+TZREC_REGISTER(DenseOptimizerRegistry(), "adamw_optimizer", MakeAdamW, "lr", "beta1", "beta2",
+               "weight_decay", "eps", "amsgrad", "fused");
 
 std::unique_ptr<torch::optim::Optimizer> CreateDenseOptimizer(
     const protos::DenseOptimizer& config, std::vector<at::Tensor> parameters) {
-  if (config.has_adam_optimizer()) {
-    const auto& c = config.adam_optimizer();
-    return std::make_unique<torch::optim::Adam>(
-        parameters, torch::optim::AdamOptions(c.lr())
-                        .betas({c.beta1(), c.beta2()})
-                        .eps(c.eps())
-                        .weight_decay(c.weight_decay())
-                        .amsgrad(c.amsgrad()));
+  const auto* oneof = config.GetDescriptor()->FindOneofByName("optimizer");
+  const auto* which = config.GetReflection()->GetOneofFieldDescriptor(config, oneof);
+  if (!which) {
+    Fail("train_config.dense_optimizer: no optimizer set (supported: ",
+         DenseOptimizerRegistry().JoinNames(), ")");
   }
-  if (config.has_adamw_optimizer()) {
-    const auto& c = config.adamw_optimizer();
-    return std::make_unique<torch::optim::AdamW>(
-        parameters, torch::optim::AdamWOptions(c.lr())
-                        .betas({c.beta1(), c.beta2()})
-                        .eps(c.eps())
-                        .weight_decay(c.weight_decay())
-                        .amsgrad(c.amsgrad()));
+  if (!DenseOptimizerRegistry().Has(which->name())) {
+    Fail("train_config.dense_optimizer.", which->name(), ": not supported yet (supported: ",
+         DenseOptimizerRegistry().JoinNames(), ")");
   }
-  if (config.has_sgd_optimizer()) {
-    const auto& c = config.sgd_optimizer();
-    return std::make_unique<torch::optim::SGD>(
-        parameters, torch::optim::SGDOptions(c.lr())
-                        .momentum(c.momentum())
-                        .dampening(c.dampening())
-                        .weight_decay(c.weight_decay())
-                        .nesterov(c.nesterov()));
-  }
-  Fail("train_config.dense_optimizer: no optimizer set or optimizer not supported yet ",
-       "(supported: sgd_optimizer, adam_optimizer, adamw_optimizer)");
+  return DenseOptimizerRegistry().Get(which->name())(config.GetReflection()->GetMessage(config, which),
+                                                     std::move(parameters));
 }
 
 double DenseLearningRate(torch::optim::Optimizer& optimizer) {
   if (optimizer.param_groups().empty()) return 0.0;
   return optimizer.param_groups()[0].options().get_lr();
+}
+
+void SetDenseLearningRate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
 }  // namespace tzrec

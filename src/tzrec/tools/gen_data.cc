@@ -18,7 +18,7 @@
 #include "tzrec/common/strings.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
-#include "tzrec/data/dataset.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"

@@ -29,10 +29,6 @@ namespace {
 
 constexpr char kPrefix[] = "model.ckpt-";
 
-std::string TableKey(const EmbeddingTable& table) {
-  return "embedding_group." + table.name() + ".weight";
-}
-
 void WriteTensorDict(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& kv : tensors) {
@@ -155,24 +151,27 @@ std::optional<CheckpointRef> LatestCheckpoint(const std::string& path) {
 }
 
 std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const TrainingState& state,
-                           int keep_checkpoint_max) {
+                           int keep_checkpoint_max, bool write) {
   std::string final_path = JoinPath(model_dir, kPrefix + std::to_string(step));
-  if (IsDirectory(final_path)) return final_path;
+  EmbeddingCollection& collection = state.model->embedding_collection();
+  const bool gathers = collection.has_sharded_tables();
+  if (!write) {
+    // Take part in the gathers of the writer's table loop.
+    if (gathers) collection.VisitTableStates(true, [](const std::string&, const auto&) {});
+    return final_path;
+  }
+  if (IsDirectory(final_path)) {
+    if (gathers) collection.VisitTableStates(true, [](const std::string&, const auto&) {});
+    return final_path;
+  }
   std::string tmp = TempSiblingPath(final_path);
   MakeDirs(tmp);
   try {
     WriteTensorDict(JoinPath(tmp, "model.pt"), DenseTensors(*state.model));
     MakeDirs(JoinPath(tmp, "embedding"));
-    for (EmbeddingTable* table : state.model->embedding_group().tables()) {
-      std::map<std::string, at::Tensor> tensors = {{"weight", table->weight()}};
-      for (auto& kv : table->optimizer_state()) tensors[kv.first] = kv.second;
-      if (state.model->embedding_group().ShardOf(table)) {
-        TZREC_CHECK(state.sharded_tables && state.sharded_tables->count(table->name()),
-                    "sharded table '", table->name(), "' was not gathered before saving");
-        tensors = state.sharded_tables->at(table->name());
-      }
-      WriteTensorDict(JoinPath(JoinPath(tmp, "embedding"), TableFileName(table->name())), tensors);
-    }
+    collection.VisitTableStates(true, [&](const std::string& table, const std::map<std::string, at::Tensor>& tensors) {
+      WriteTensorDict(JoinPath(JoinPath(tmp, "embedding"), TableFileName(table)), tensors);
+    });
     if (state.dense_optimizer) {
       torch::serialize::OutputArchive archive;
       state.dense_optimizer->save(archive);
@@ -262,43 +261,23 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
     ++restored;
   };
   for (auto& kv : DenseTensors(*state.model)) restore(kv.first, kv.second, true);
-  for (EmbeddingTable* table : state.model->embedding_group().tables()) {
-    const TableShard* shard = state.model->embedding_group().ShardOf(table);
-    if (shard) {
-      // Checkpoints hold logical tables: keep this rank's part.
-      auto restore_part = [&](const std::string& name, at::Tensor target, bool columns) {
-        auto it = saved.find(name);
-        if (it == saved.end()) {
-          LOG_WARNING << "Skip restore state [" << name << "]: not in " << checkpoint_path;
-          return;
-        }
-        if (it->second.size(0) != shard->rows) {
-          Fail("checkpoint '", checkpoint_path, "': state [", name, "] has ", it->second.size(0),
-               " rows but the model's table has ", shard->rows);
-        }
-        at::Tensor part = EmbeddingGroup::LocalPart(*shard, it->second, columns && it->second.size(1) == shard->dim);
-        if (part.sizes() != target.sizes()) {
-          Fail("checkpoint '", checkpoint_path, "': state [", name, "] has shape ", it->second.sizes(),
-               " which does not fit the model's table");
-        }
-        target.copy_(part);
-        ++restored;
-      };
-      restore_part(TableKey(*table), table->weight(), true);
-      if (options.restore_optimizer) {
-        for (auto& kv : table->optimizer_state()) {
-          restore_part(TableKey(*table) + "." + kv.first, kv.second, true);
-        }
-      }
-      continue;
-    }
-    restore(TableKey(*table), table->weight(), true);
-    if (options.restore_optimizer) {
-      for (auto& kv : table->optimizer_state()) {
-        restore(TableKey(*table) + "." + kv.first, kv.second, true);
-      }
-    }
+  // Tables: "embedding_group.<table>.weight[.<state>]" keys back to {table: {name: tensor}}.
+  std::map<std::string, std::map<std::string, at::Tensor>> tables;
+  const std::string prefix = "embedding_group.";
+  for (auto& [key, tensor] : saved) {
+    if (!StartsWith(key, prefix)) continue;
+    const std::string rest = key.substr(prefix.size());
+    const size_t weight = rest.rfind(".weight");
+    if (weight == std::string::npos) continue;
+    const std::string table = rest.substr(0, weight);
+    const std::string tail = rest.substr(weight + 7);
+    tables[table][tail.empty() ? "weight" : tail.substr(1)] = tensor;
   }
+  restored += state.model->embedding_collection().RestoreTables(
+      tables, options.restore_optimizer, "checkpoint '" + checkpoint_path + "'",
+      [&](const std::string& what) {
+        LOG_WARNING << "Skip restore state [embedding table " << what << "]: not in " << checkpoint_path;
+      });
   LOG_INFO << "Restored " << restored << " tensors from " << checkpoint_path;
   if (options.restore_optimizer) {
     std::string dense_file = JoinPath(checkpoint_path, "dense_optimizer.pt");

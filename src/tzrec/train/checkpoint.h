@@ -46,14 +46,13 @@ struct TrainingState {
   // Saved as plan.json when set: where each table lived (dist/sharding_plan.h). Tables are
   // saved logical (unsharded) regardless, so any world size can continue from them.
   const std::string* sharding_plan_json = nullptr;
-  // Logical weight/state of model-parallel tables (EmbeddingGroup::GatherShardedTables),
-  // written instead of this rank's parts.
-  const std::map<std::string, std::map<std::string, at::Tensor>>* sharded_tables = nullptr;
 };
 
-// Saves and prunes to the newest `keep_checkpoint_max` (0 keeps all). Returns the path.
+// Saves and prunes to the newest `keep_checkpoint_max` (0 keeps all). Collective when the model
+// has model-parallel tables (they are gathered table by table): every rank calls it, and only
+// the one with `write` (rank 0) writes. Returns the path.
 std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const TrainingState& state,
-                           int keep_checkpoint_max);
+                           int keep_checkpoint_max, bool write = true);
 
 struct RestoreOptions {
   bool restore_optimizer = true;

@@ -11,19 +11,14 @@
 #include <google/protobuf/text_format.h>
 #include <unistd.h>
 
+#include "tzrec/batch/batch_stream.h"
 #include "tzrec/common/fs.h"
-#include "tzrec/dist/data_parallel.h"
-#include "tzrec/dist/process_group.h"
-#include "tzrec/dist/sharding_plan.h"
-#include "tzrec/embedding/fused_lookup.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/config/supported_fields.h"
-#include "tzrec/data/dataset.h"
-#include "tzrec/models/model.h"
+#include "tzrec/dist/data_parallel.h"
 #include "tzrec/optim/dense_optimizer.h"
-#include "tzrec/train/batch.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/runtime.h"
 #include "tzrec/version.h"
@@ -63,53 +58,6 @@ class StepTimer {
   int64_t steps_ = 0;
 };
 
-// Everything built from a config: features, model and optimizers.
-struct Pipeline {
-  std::vector<std::unique_ptr<Feature>> features;
-  // Raw columns -> features when fg_mode is not FG_NONE.
-  std::shared_ptr<const fg::FeatureGenerator> generator;
-  std::shared_ptr<Model> model;
-  std::unique_ptr<SparseOptimizer> sparse_optimizer;
-  std::unique_ptr<torch::optim::Optimizer> dense_optimizer;
-
-  std::vector<const Feature*> FeaturePointers() const {
-    std::vector<const Feature*> out;
-    for (const auto& f : features) out.push_back(f.get());
-    return out;
-  }
-  TrainingState State() {
-    return {model.get(), sparse_optimizer.get(), dense_optimizer.get()};
-  }
-};
-
-// Features of the config and, for fg_mode other than FG_NONE, the generator that makes them.
-void BuildFeatures(const protos::EasyRecConfig& config, Pipeline* p) {
-  p->features = CreateFeatures(config.feature_configs(), config.data_config());
-  const auto& data = config.data_config();
-  if (data.fg_mode() != protos::FG_NONE) {
-    p->generator = std::make_shared<fg::FeatureGenerator>(
-        fg::DescribeFeatures(config.feature_configs(), data.fg_mode()), data.fg_mode(),
-        data.fg_encoded_multival_sep(), static_cast<int>(data.fg_threads()));
-  }
-}
-
-// Builds model and optimizers for already created features.
-void BuildModel(const protos::EasyRecConfig& config, bool with_optimizers, Pipeline* p,
-                const std::map<std::string, TableShard>& shards = {}, ShardComm* comm = nullptr) {
-  const auto& data = config.data_config();
-  p->model = CreateModel(config.model_config(), p->FeaturePointers(),
-                         {data.label_fields().begin(), data.label_fields().end()},
-                         {data.sample_weight_fields().begin(), data.sample_weight_fields().end()});
-  p->sparse_optimizer = SparseOptimizer::Create(config.train_config().sparse_optimizer());
-  p->model->embedding_group().Materialize(p->sparse_optimizer.get(), shards, comm);
-  LOG_INFO << "embedding tables: " << (p->model->embedding_group().table_bytes() >> 20)
-           << " MiB with optimizer state; process RSS " << (ResidentSetBytes() >> 20) << " MiB";
-  if (with_optimizers) {
-    p->dense_optimizer =
-        CreateDenseOptimizer(config.train_config().dense_optimizer(), p->model->parameters());
-  }
-}
-
 std::string FormatMetrics(const std::map<std::string, double>& metrics) {
   std::string text;
   for (const auto& kv : metrics) {
@@ -119,69 +67,6 @@ std::string FormatMetrics(const std::map<std::string, double>& metrics) {
     text += buf;
   }
   return text;
-}
-
-// With `pg`, every rank evaluates its share of the eval rows and the metric states are summed
-// over ranks, so the result equals one process evaluating all rows; rank 0 writes it.
-std::map<std::string, double> RunEvaluation(Model& model, const Dataset& dataset,
-                                            const protos::EvalConfig& eval_config,
-                                            int64_t global_step, int64_t epoch,
-                                            const std::string& result_file,
-                                            ProcessGroup* pg = nullptr) {
-  model.eval();
-  model.ResetMetrics();
-  c10::NoGradGuard no_grad;
-  auto stream = dataset.Open(0);
-  ParsedBatch parsed;
-  int64_t steps = 0;
-  const int64_t max_steps = eval_config.num_steps();
-  const int64_t log_every = std::max<int64_t>(1, eval_config.log_step_count_steps());
-  std::string suffix = (epoch >= 0 ? StrCat(" Epoch-", epoch) : std::string()) +
-                       StrCat(" model-", global_step);
-  // Model-parallel tables make every lookup a collective: ranks step together, and a rank
-  // whose data ended joins the lookups of the others with an empty batch.
-  const bool lockstep = pg && model.embedding_group().has_sharded_tables();
-  while (true) {
-    bool has_batch = (max_steps == 0 || steps < max_steps) && stream->Next(&parsed);
-    if (lockstep) {
-      std::vector<at::Tensor> active = {at::full({1}, has_batch ? 1.0f : 0.0f)};
-      pg->AllReduceSum(active);
-      if (active[0].item<float>() == 0) break;
-      if (!has_batch) {
-        model.embedding_group().ForwardEmpty();
-        continue;
-      }
-    } else if (!has_batch) {
-      break;
-    }
-    Batch batch = ToBatch(std::move(parsed));
-    parsed = ParsedBatch();
-    Predictions predictions = model.Predict(batch);
-    model.ComputeLoss(predictions, batch);
-    model.UpdateMetrics(predictions, batch);
-    if (steps % log_every == 0) LOG_INFO << "Evaluating" << suffix << ": " << steps << "it";
-    ++steps;
-  }
-  if (pg) {
-    std::vector<double> state = model.MetricState();
-    std::vector<at::Tensor> summed = {
-        at::from_blob(state.data(), {static_cast<int64_t>(state.size())}, at::kDouble).clone()};
-    pg->AllReduceSum(summed);
-    std::copy(summed[0].data_ptr<double>(), summed[0].data_ptr<double>() + state.size(), state.begin());
-    model.SetMetricState(state);
-  }
-  auto metrics = model.ComputeMetrics();
-  LOG_INFO << "Eval Result" << suffix << ": " << FormatMetrics(metrics);
-  if (!result_file.empty() && (!pg || pg->rank() == 0)) {
-    // global_step first, then metrics by name, as TorchEasyRec writes them.
-    std::string line = StrCat("{\"global_step\": ", global_step);
-    for (const auto& kv : metrics) {
-      line += ", " + nlohmann::json(kv.first).dump() + ": " + nlohmann::json(kv.second).dump();
-    }
-    AppendLine(result_file, line + "}");
-  }
-  model.train();
-  return metrics;
 }
 
 void CheckTrainConfig(const protos::TrainConfig& train) {
@@ -215,6 +100,105 @@ protos::EasyRecConfig LoadTrainConfig(const TrainEvalOptions& options) {
   return config;
 }
 
+Trainer::Trainer(Pipeline* pipeline, DistContext* dist)
+    : pipeline_(pipeline), dist_(dist), dense_params_(pipeline->model->parameters()) {}
+
+int Trainer::RanksWithBatch(bool has_batch) const {
+  if (!dist_ || !dist_->distributed()) return has_batch ? 1 : 0;
+  std::vector<at::Tensor> count = {at::full({1}, has_batch ? 1.0f : 0.0f)};
+  dist_->pg->AllReduceSum(count);
+  return static_cast<int>(count[0].item<float>() + 0.5f);
+}
+
+Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t epoch) {
+  Model& model = *pipeline_->model;
+  if (pipeline_->sparse_lr) {
+    pipeline_->sparse_optimizer->set_lr(pipeline_->sparse_lr->Rate(pipeline_->sparse_base_lr, step, epoch));
+  }
+  if (pipeline_->dense_lr) {
+    const double lr = pipeline_->dense_lr->Rate(pipeline_->dense_base_lr, step, epoch);
+    if (lr != DenseLearningRate(*pipeline_->dense_optimizer)) SetDenseLearningRate(*pipeline_->dense_optimizer, lr);
+  }
+  Predictions predictions = model.Predict(batch);
+  NamedLosses losses = model.ComputeLosses(predictions, batch);
+  at::Tensor total = model.TotalLoss(losses);
+  for (auto& p : dense_params_) p.mutable_grad().reset();
+  total.backward();
+  if (dist_ && dist_->distributed()) AllReduceDenseGradients(*dist_->pg, dense_params_);
+  pipeline_->dense_optimizer->step();
+  // Table rows were already updated inside backward; this advances Adam's step count.
+  pipeline_->sparse_optimizer->FinishStep();
+  if (model.has_train_metrics()) {
+    c10::NoGradGuard no_grad;
+    model.UpdateTrainMetrics(predictions, batch, dist_ ? dist_->comm() : nullptr);
+  }
+  StepResult result;
+  for (auto& [name, loss] : losses) result.losses.emplace_back(name, loss.detach());
+  result.total = total.detach();
+  return result;
+}
+
+Trainer::LossValues Trainer::GlobalLosses(const StepResult& local) const {
+  std::vector<double> values;
+  for (const auto& kv : local.losses) values.push_back(kv.second.item<double>());
+  values.push_back(local.total.item<double>());
+  if (dist_ && dist_->distributed()) {
+    dist_->comm()->AllReduceSum(&values);
+    for (double& v : values) v /= dist_->world_size();
+  }
+  LossValues out;
+  for (size_t v = 0; v < local.losses.size(); ++v) out.losses.emplace_back(local.losses[v].first, values[v]);
+  out.total = values.back();
+  return out;
+}
+
+std::map<std::string, double> Trainer::Evaluate(const Dataset& dataset, int64_t global_step,
+                                                int64_t epoch, const std::string& result_file) {
+  Model& model = *pipeline_->model;
+  const protos::EvalConfig& eval_config = pipeline_->config.eval_config();
+  model.eval();
+  model.ResetMetrics();
+  c10::NoGradGuard no_grad;
+  BatchStream stream(dataset, 0);
+  Batch batch;
+  int64_t steps = 0;
+  const int64_t max_steps = eval_config.num_steps();
+  const int64_t log_every = std::max<int64_t>(1, eval_config.log_step_count_steps());
+  std::string suffix = (epoch >= 0 ? StrCat(" Epoch-", epoch) : std::string()) +
+                       StrCat(" model-", global_step);
+  // Model-parallel tables make every lookup a collective: ranks step together.
+  const bool lockstep = dist_ && dist_->distributed() && model.embedding_collection().has_sharded_tables();
+  while (true) {
+    bool has_batch = (max_steps == 0 || steps < max_steps) && stream.Next(&batch);
+    if (lockstep) {
+      if (RanksWithBatch(has_batch) == 0) break;
+      if (!has_batch) {
+        model.embedding_collection().LookupEmpty();
+        continue;
+      }
+    } else if (!has_batch) {
+      break;
+    }
+    Predictions predictions = model.Predict(batch);
+    NamedLosses losses = model.ComputeLosses(predictions, batch);
+    model.UpdateMetrics(predictions, batch, losses);
+    if (steps % log_every == 0) LOG_INFO << "Evaluating" << suffix << ": " << steps << "it";
+    ++steps;
+  }
+  auto metrics = model.ComputeMetrics(dist_ ? dist_->comm() : nullptr);
+  LOG_INFO << "Eval Result" << suffix << ": " << FormatMetrics(metrics);
+  if (!result_file.empty() && (!dist_ || dist_->rank() == 0)) {
+    // global_step first, then metrics by name, as TorchEasyRec writes them.
+    std::string line = StrCat("{\"global_step\": ", global_step);
+    for (const auto& kv : metrics) {
+      line += ", " + nlohmann::json(kv.first).dump() + ": " + nlohmann::json(kv.second).dump();
+    }
+    AppendLine(result_file, line + "}");
+  }
+  model.train();
+  return metrics;
+}
+
 void TrainAndEvaluate(const TrainEvalOptions& options) {
   protos::EasyRecConfig config = LoadTrainConfig(options);
   const auto& train = config.train_config();
@@ -222,55 +206,35 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   uint64_t data_seed = DataSeed();
 
   // Distributed (torchrun / tzrec launch environment): data-parallel over a process group.
-  const DistEnv dist = ReadDistEnv();
-  std::unique_ptr<ProcessGroup> pg;
-  if (dist.distributed()) {
-    pg = ProcessGroup::Create(dist);
+  std::unique_ptr<DistContext> dist = DistContext::FromEnvironment();
+  if (dist->distributed()) {
     std::string text;
     google::protobuf::TextFormat::PrintToString(config, &text);
-    pg->CheckSameOnAllRanks("pipeline config", text);
+    dist->pg->CheckSameOnAllRanks("pipeline config", text);
     // One data seed for all ranks: CSV file order must be shuffled identically everywhere.
     std::vector<at::Tensor> seed = {at::full({1}, static_cast<int64_t>(data_seed), at::kLong)};
-    pg->Broadcast(seed, 0);
+    dist->pg->Broadcast(seed, 0);
     data_seed = static_cast<uint64_t>(seed[0].item<int64_t>());
   }
-  const bool chief = dist.rank == 0;
+  const bool chief = dist->rank() == 0;
 
   // Data before model: bad data settings fail before any table is allocated.
-  Pipeline pipeline;
-  BuildFeatures(config, &pipeline);
-  Dataset train_data(config.data_config(), pipeline.FeaturePointers(), config.train_input_path(),
-                     DatasetMode::kTrain, data_seed, pipeline.generator, dist.rank,
-                     dist.world_size);
+  std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, PipelineMode::kTrain);
+  std::unique_ptr<Dataset> train_data =
+      pipeline->MakeDataset(config.train_input_path(), DatasetMode::kTrain, data_seed, dist.get());
   std::unique_ptr<Dataset> eval_data;
   if (!config.eval_input_path().empty()) {
-    eval_data = std::make_unique<Dataset>(config.data_config(), pipeline.FeaturePointers(),
-                                          config.eval_input_path(), DatasetMode::kEval, data_seed,
-                                          pipeline.generator, dist.rank, dist.world_size);
+    eval_data = pipeline->MakeDataset(config.eval_input_path(), DatasetMode::kEval, data_seed, dist.get());
   }
-  // Whole tables may use at most 80% of this machine's memory split over its ranks.
-  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  const std::vector<TablePlan> plan = PlanSharding(
-      config, pipeline.FeaturePointers(), dist.world_size,
-      memory > 0 ? memory / std::max(1, dist.local_world_size) / 10 * 8 : 0);
-  const std::string plan_json = PlanToJson(plan);
-  if (dist.rank == 0) LOG_INFO << "embedding sharding plan (" << dist.world_size << " ranks): " << plan_json;
-  std::unique_ptr<ProcessGroupShardComm> shard_comm;
-  if (pg) shard_comm = std::make_unique<ProcessGroupShardComm>(pg.get());
-  BuildModel(config, /*with_optimizers=*/true, &pipeline,
-             ShardsForRank(plan, dist.rank, dist.world_size), shard_comm.get());
+  BuildModel(pipeline.get(), dist.get());
   // Tables are initialised from the same default seed on every rank; dense parameters are
   // copied from rank 0 as well, so all ranks start identical.
-  if (pg) BroadcastParameters(*pg, pipeline.model->parameters());
-  struct ExchangeGuard {
-    ~ExchangeGuard() { SetSparseGradientExchange(nullptr); }
-  } exchange_guard;
-  if (pg) {
-    ProcessGroup* group = pg.get();
-    SetSparseGradientExchange([group](at::Tensor* rows, at::Tensor* grads) {
-      ExchangeSparseGradients(*group, rows, grads);
-    });
-  }
+  if (dist->distributed()) BroadcastParameters(*dist->pg, pipeline->model->parameters());
+  Trainer trainer(pipeline.get(), dist.get());
+  auto training_state = [&]() {
+    return TrainingState{pipeline->model.get(), pipeline->sparse_optimizer.get(),
+                         pipeline->dense_optimizer.get()};
+  };
 
   // Restore point: fine-tune checkpoint (weights only), overridden by the latest checkpoint of
   // model_dir with --continue_train.
@@ -312,7 +276,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     restore.restore_optimizer = !fine_tune && !options.ignore_restore_optimizer;
     restore.restore_rng = !fine_tune;
     LOG_INFO << (fine_tune ? "Fine-tuning from " : "Continuing from ") << restore_from->path;
-    RestoreCheckpoint(restore_from->path, pipeline.State(), restore);
+    RestoreCheckpoint(restore_from->path, training_state(), restore);
   }
 
   if (chief) {
@@ -321,7 +285,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     WriteFileAtomic(JoinPath(model_dir, "version"), std::string(kTzrecVersion) + "\n");
   }
 
-  Model& model = *pipeline.model;
+  Model& model = *pipeline->model;
   model.train();
   const bool use_epochs = train.num_epochs() > 0;
   const int64_t num_steps = train.num_steps();
@@ -329,34 +293,25 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   const int64_t save_steps = save_epochs > 0 ? 0 : train.save_checkpoints_steps();
   const int64_t log_every = std::max<int64_t>(1, train.log_step_count_steps());
   const std::string result_file = JoinPath(model_dir, kTrainEvalResultFile);
-  std::vector<at::Tensor> dense_params = model.parameters();
 
   int64_t last_saved = -1;
   auto save_and_eval = [&](int64_t step, int64_t epoch) {
     if (step < 0 || step == last_saved) return;
-    TrainingState state = pipeline.State();
+    TrainingState state = training_state();
     DataloaderState merged = data_state;
-    if (pg) {
+    if (dist->distributed()) {
       // Every rank's data position goes into the checkpoint (ranks read disjoint rows);
       // parameters are identical on all ranks, so rank 0 writes the checkpoint alone.
-      for (const std::string& json : pg->AllGatherStrings(data_state.ToJson())) {
+      for (const std::string& json : dist->pg->AllGatherStrings(data_state.ToJson())) {
         merged.Merge(DataloaderState::FromJson(json, "a rank's data position"));
       }
     }
     state.dataloader_state = &merged;
-    state.sharding_plan_json = &plan_json;
-    // Model-parallel tables are gathered to logical ones (a collective, on every rank).
-    std::map<std::string, std::map<std::string, at::Tensor>> gathered;
-    if (model.embedding_group().has_sharded_tables()) {
-      gathered = model.embedding_group().GatherShardedTables();
-    }
-    state.sharded_tables = &gathered;
-    if (chief) SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()));
-    if (pg) pg->Barrier();  // the checkpoint is complete before any rank goes on
+    state.sharding_plan_json = &pipeline->plan_json;
+    SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()), chief);
+    if (dist->distributed()) dist->pg->Barrier();  // the checkpoint is complete before any rank goes on
     last_saved = step;
-    if (eval_data) {
-      RunEvaluation(model, *eval_data, config.eval_config(), step, epoch, result_file, pg.get());
-    }
+    if (eval_data) trainer.Evaluate(*eval_data, step, epoch, result_file);
   };
 
   int64_t i_step = -1;  // index of the last trained step
@@ -371,47 +326,28 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   const int64_t first_epoch = resume_data_position ? data_state.epochs_completed() : 0;
   for (int64_t epoch = first_epoch; !done && (!use_epochs || epoch < train.num_epochs()); ++epoch) {
     const bool resumed_epoch = resume_data_position && epoch == first_epoch;
-    auto stream = train_data.Open(epoch, resumed_epoch ? &data_state : nullptr);
-    ParsedBatch parsed;
+    BatchStream stream(*train_data, epoch, resumed_epoch ? &data_state : nullptr);
+    Batch batch;
     int64_t batches_this_epoch = 0;
     while (true) {
       timer.Start();
-      bool has_batch = stream->Next(&parsed);
-      if (pg) {
-        // Ranks step together: when any rank's data ends, the epoch ends for all.
-        std::vector<at::Tensor> out_of_data = {at::full({1}, has_batch ? 0.0f : 1.0f)};
-        pg->AllReduceSum(out_of_data);
-        if (out_of_data[0].item<float>() > 0) has_batch = false;
-      }
+      bool has_batch = stream.Next(&batch);
+      // Ranks step together: when any rank's data ends, the epoch ends for all.
+      if (trainer.RanksWithBatch(has_batch) < dist->world_size()) has_batch = false;
       if (!has_batch) break;
       timer.Lap("data");
       ++batches_this_epoch;
       // Resume without a data-position file: replay the order and skip consumed batches.
       if (!resume_data_position && skipped <= skip_steps) {
-        data_state.Consume(parsed.positions);
+        data_state.Consume(batch.positions);
         ++skipped;
         i_step = skipped - 1;
-        parsed = ParsedBatch();
         continue;
       }
       ++i_step;
-      RowPositions positions = std::move(parsed.positions);
-      Batch batch = ToBatch(std::move(parsed));
-      parsed = ParsedBatch();
-      Predictions predictions = model.Predict(batch);
-      auto losses = model.ComputeLoss(predictions, batch);
-      at::Tensor total;
-      for (auto& kv : losses) total = total.defined() ? total + kv.second : kv.second;
-      timer.Lap("forward");
-      for (auto& p : dense_params) p.mutable_grad().reset();
-      total.backward();
-      if (pg) AllReduceDenseGradients(*pg, dense_params);
-      timer.Lap("backward+sparse_update");
-      pipeline.dense_optimizer->step();
-      timer.Lap("dense_opt");
-      // Table rows were already updated inside backward; this advances Adam's step count.
-      pipeline.sparse_optimizer->FinishStep();
-      data_state.Consume(positions);
+      Trainer::StepResult step = trainer.TrainStep(batch, i_step, epoch);
+      timer.Lap("step");
+      data_state.Consume(batch.positions);
 
       if (i_step % log_every == 0) {
         auto now = std::chrono::steady_clock::now();
@@ -422,30 +358,23 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
         char head[160];
         std::snprintf(head, sizeof(head), "Training Epoch %lld: %lldit [%.2fit/s] lr_g0:%.5f lr_g1:%.5f",
                       static_cast<long long>(epoch), static_cast<long long>(i_step), rate,
-                      pipeline.sparse_optimizer->lr(), DenseLearningRate(*pipeline.dense_optimizer));
+                      pipeline->sparse_optimizer->lr(), DenseLearningRate(*pipeline->dense_optimizer));
         std::string line = head;
-        // Distributed: the losses of the global batch (mean of the ranks' local means), so the
-        // curve reads the same whatever the number of ranks.
-        std::vector<double> values;
-        for (auto& kv : losses) values.push_back(kv.second.item<double>());
-        values.push_back(total.item<double>());
-        if (pg) {
-          std::vector<at::Tensor> sums = {
-              at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, at::kDouble).clone()};
-          pg->AllReduceSum(sums);
-          for (size_t v = 0; v < values.size(); ++v) {
-            values[v] = sums[0].data_ptr<double>()[v] / pg->world_size();
-          }
-        }
-        size_t v = 0;
-        for (auto& kv : losses) {
+        Trainer::LossValues global = trainer.GlobalLosses(step);
+        for (const auto& [name, value] : global.losses) {
           char buf[96];
-          std::snprintf(buf, sizeof(buf), " %s:%.5f", kv.first.c_str(), values[v++]);
+          std::snprintf(buf, sizeof(buf), " %s:%.5f", name.c_str(), value);
           line += buf;
         }
         char tail[64];
-        std::snprintf(tail, sizeof(tail), " total_loss: %.5f", values.back());
-        LOG_INFO << line << tail;
+        std::snprintf(tail, sizeof(tail), " total_loss: %.5f", global.total);
+        line += tail;
+        for (const auto& [name, value] : model.TrainMetricValues()) {
+          char buf[96];
+          std::snprintf(buf, sizeof(buf), " %s:%.5f", name.c_str(), value);
+          line += buf;
+        }
+        LOG_INFO << line;
         LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report();
       }
       if (save_steps > 0 && i_step > 0 && i_step % save_steps == 0) save_and_eval(i_step, epoch);
@@ -477,26 +406,23 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   std::string ckpt_source = options.checkpoint_path.empty() ? config.model_dir() : options.checkpoint_path;
   auto ckpt = LatestCheckpoint(ckpt_source);
   if (!ckpt) Fail("no checkpoint found at '", ckpt_source, "'");
-  // Under tzrec launch / torchrun every rank evaluates its share; metrics are summed.
-  const DistEnv dist = ReadDistEnv();
-  std::unique_ptr<ProcessGroup> pg;
-  if (dist.distributed()) pg = ProcessGroup::Create(dist);
-  Pipeline pipeline;
-  BuildFeatures(config, &pipeline);
-  Dataset eval_data(config.data_config(), pipeline.FeaturePointers(), config.eval_input_path(),
-                    DatasetMode::kEval, DataSeed(), pipeline.generator, dist.rank, dist.world_size);
-  BuildModel(config, /*with_optimizers=*/false, &pipeline);
+  // Under tzrec launch / torchrun every rank evaluates its share; metrics are combined.
+  std::unique_ptr<DistContext> dist = DistContext::FromEnvironment();
+  std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, PipelineMode::kEval);
+  std::unique_ptr<Dataset> eval_data =
+      pipeline->MakeDataset(config.eval_input_path(), DatasetMode::kEval, DataSeed(), dist.get());
+  BuildModel(pipeline.get(), dist.get());
   RestoreOptions restore;
   restore.restore_optimizer = false;
   restore.restore_rng = false;
-  RestoreCheckpoint(ckpt->path, pipeline.State(), restore);
+  RestoreCheckpoint(ckpt->path, TrainingState{pipeline->model.get(), nullptr, nullptr}, restore);
   std::string result_file;
   if (!options.eval_result_filename.empty()) {
     result_file = JoinPath(config.model_dir(), options.eval_result_filename);
-    if (dist.rank == 0) MakeDirs(config.model_dir());
+    if (dist->rank() == 0) MakeDirs(config.model_dir());
   }
-  return RunEvaluation(*pipeline.model, eval_data, config.eval_config(), ckpt->step, -1, result_file,
-                       pg.get());
+  Trainer trainer(pipeline.get(), dist.get());
+  return trainer.Evaluate(*eval_data, ckpt->step, -1, result_file);
 }
 
 }  // namespace tzrec

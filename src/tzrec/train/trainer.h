@@ -1,15 +1,25 @@
-// `train_eval` and `eval`: the training loop, evaluation and result files (inventory §7).
+// `train_eval` and `eval`: the Trainer (training step, evaluation, save), and the commands'
+// loops and result files (inventory §7).
 //
 // Step semantics follow TorchEasyRec: steps are counted from 0; a checkpoint named
 // model.ckpt-S holds the model after training step S; saves happen when
 // S > 0 && S % save_checkpoints_steps == 0 (or every save_checkpoints_epochs epochs) and once
 // at the end; evaluation runs after every save when an eval path is set and appends
 // {"global_step": S, <metric>: value, ...} to model_dir/train_eval_result_v2.txt.
+//
+// Distributed: the Trainer gets its communication explicitly (DistContext). Ranks step together
+// (RanksWithBatch, written once): a training epoch ends for all when one rank's data ends;
+// an evaluation with model-parallel tables runs until every rank's data has ended, ranks
+// without a batch joining the lookups' collectives empty-handed.
+// Not thread-safe: one Trainer per process, used by its main thread.
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
+#include "tzrec/batch/batch.h"
+#include "tzrec/pipeline/pipeline.h"
 #include "tzrec/protos/pipeline.pb.h"
 
 namespace tzrec {
@@ -40,5 +50,39 @@ std::map<std::string, double> Evaluate(const EvalOptions& options);
 // Loads the config, applies CLI overrides and --edit_config_json, and checks every set field
 // is supported.
 protos::EasyRecConfig LoadTrainConfig(const TrainEvalOptions& options);
+
+class Trainer {
+ public:
+  // `pipeline` is built (BuildModel) in the matching mode; both must outlive the Trainer.
+  Trainer(Pipeline* pipeline, DistContext* dist);
+
+  struct StepResult {
+    NamedLosses losses;  // this rank's batch (detached)
+    at::Tensor total;
+  };
+  // One training step: forward, losses, backward (tables update inside it), gradients merged
+  // over ranks, dense optimizer step, train metrics.
+  StepResult TrainStep(const Batch& batch, int64_t step, int64_t epoch);
+  struct LossValues {
+    std::vector<std::pair<std::string, double>> losses;
+    double total = 0.0;
+  };
+  // Losses of the global batch: the mean of the ranks' local means (a collective), so the curve
+  // reads the same whatever the number of ranks.
+  LossValues GlobalLosses(const StepResult& local) const;
+
+  // Evaluates on `dataset` (every rank its share; metrics combined over ranks); logs and, when
+  // `result_file` is set, rank 0 appends {"global_step": step, ...}.
+  std::map<std::string, double> Evaluate(const Dataset& dataset, int64_t global_step, int64_t epoch,
+                                         const std::string& result_file);
+
+  // How many ranks have a batch this step (a collective with more than one rank).
+  int RanksWithBatch(bool has_batch) const;
+
+ private:
+  Pipeline* pipeline_;
+  DistContext* dist_;
+  std::vector<at::Tensor> dense_params_;
+};
 
 }  // namespace tzrec

@@ -1,14 +1,19 @@
-// Dataset: files -> parsed, batch-sized ParsedBatches, read by worker threads (no LibTorch).
+// Dataset: input files -> parsed, batch-sized ParsedBatches, read by worker threads (no
+// LibTorch). The input pipeline of training, evaluation and (later) predict.
 //
-// Mirrors TorchEasyRec's CsvDataset and ParquetDataset: comma-separated glob lists; CSV files
-// go whole and round-robin to `num_workers` reader threads, Parquet rows are split into
-// contiguous ranges over world_size x num_workers readers (row_source.h). Each reader turns
-// its rows into batches of exactly `batch_size` rows (its last partial batch is dropped iff
-// drop_remainder), optionally shuffled through a buffer of `shuffle_buffer_size` batches
-// (train only; CSV also shuffles file order), into a bounded prefetch queue. With in_order
-// the stream takes batches from workers round-robin, so a run is reproducible for a fixed
-// seed and worker count. Every row carries its position; a stream opened with a
-// DataloaderState reads only what the state has not consumed (exact resume).
+// The dataset type (data_config.dataset_type) picks a DatasetReader from DatasetReaderRegistry
+// (dataset_reader.h): CsvDataset sends whole files round-robin to the reader threads,
+// ParquetDataset splits rows into contiguous ranges over world_size x num_workers readers.
+// Each reader parses its rows (feature generation when fg_mode is not FG_NONE, else the
+// FG-encoded columns), turns them into batches of exactly `batch_size` rows (its last partial
+// batch is dropped iff drop_remainder), optionally shuffled through a buffer of
+// `shuffle_buffer_size` batches (train only), into a bounded prefetch queue. With in_order
+// the stream takes batches from readers round-robin, so a run is reproducible for a fixed seed
+// and reader count. Every row carries its position; a stream opened with a DataloaderState
+// reads only what the state has not consumed (exact resume).
+//
+// Thread safety: a Dataset is immutable after construction; each ParsedBatchStream is used by
+// one consumer thread (its reader threads are internal).
 #pragma once
 
 #include <condition_variable>
@@ -30,17 +35,13 @@
 
 namespace tzrec {
 
-enum class DatasetMode { kTrain, kEval };
-enum class DataFormat { kCsv, kParquet };
+enum class DatasetMode { kTrain, kEval, kPredict };
 
 struct DatasetOptions {
-  DataFormat format = DataFormat::kCsv;
   std::string input_path;  // as configured (names Parquet positions)
   std::vector<std::string> files;
-  CsvOptions csv;
-  std::vector<int64_t> parquet_file_rows;  // per file, from the footers
-  std::vector<std::string> columns;        // columns the features, labels and weights read
-  std::string list_separator = "\x03";     // Parquet LIST items -> text (fg_encoded_multival_sep)
+  std::vector<std::string> columns;  // columns the features, labels, weights and reserves read
+  std::string list_separator = "\x03";  // Parquet LIST items -> text (fg_encoded_multival_sep)
   int64_t batch_size = 1024;
   bool drop_remainder = false;
   bool shuffle = false;
@@ -50,51 +51,55 @@ struct DatasetOptions {
   uint64_t seed = 0;
   std::vector<std::string> label_fields;
   std::vector<std::string> sample_weight_fields;
-  size_t prefetch_batches = 4;  // per worker
+  // Columns passed through as text (ParsedBatch::reserved), e.g. predict's reserved columns.
+  std::vector<std::string> reserved_columns;
+  size_t prefetch_batches = 4;      // per worker
   bool background_priority = true;  // reader threads run at SCHED_IDLE
-  // Distributed readers: this process reads slices rank*num_workers + w of
-  // world_size*num_workers (Parquet rows).
+  // Distributed readers: this process is `rank` of `world_size`.
   int rank = 0;
   int world_size = 1;
-  // TorchEasyRec drops one row from a Parquet reader's range when that alone would leave it
-  // a 1-row batch (train and eval; not predict).
-  bool drop_redundant_bs_eq_one = true;
+  DatasetMode mode = DatasetMode::kTrain;
 };
 
-class BatchStream;
+class DatasetReader;
+class ParsedBatchStream;
 
 class Dataset {
  public:
   // `features` must outlive the dataset. `generator` turns raw columns into the features when
   // data_config.fg_mode is not FG_NONE (required then; see fg/feature_generator.h).
+  // `reserved_columns` are passed through as text.
   Dataset(const protos::DataConfig& data_config, std::vector<const Feature*> features,
           const std::string& input_path, DatasetMode mode, uint64_t seed,
           std::shared_ptr<const fg::FeatureGenerator> generator = nullptr, int rank = 0,
-          int world_size = 1);
-  Dataset(DatasetOptions options, std::vector<const Feature*> features);
+          int world_size = 1, std::vector<std::string> reserved_columns = {});
+  ~Dataset();
 
   // Starts one pass over the data; `epoch` varies the shuffle. With `resume`, rows the state
   // records as consumed are not read again.
-  std::unique_ptr<BatchStream> Open(int64_t epoch, const DataloaderState* resume = nullptr) const;
+  std::unique_ptr<ParsedBatchStream> Open(int64_t epoch,
+                                          const DataloaderState* resume = nullptr) const;
   const DatasetOptions& options() const { return options_; }
 
-  // Parses one chunk of rows (one file's rows) into features, labels and weights.
+  // Parses one chunk of rows (one file's rows) into features, labels, weights and reserves.
   ParsedBatch ParseRecords(const RecordBatch& records) const;
 
  private:
   DatasetOptions options_;
   std::vector<const Feature*> features_;
   std::shared_ptr<const fg::FeatureGenerator> generator_;
+  std::unique_ptr<DatasetReader> reader_;
 };
 
 // One pass over a dataset. Next() blocks until a batch is ready; errors from reader threads
 // are rethrown there. Destroying the stream stops the workers.
-class BatchStream {
+class ParsedBatchStream {
  public:
-  BatchStream(const Dataset* dataset, int64_t epoch, const DataloaderState* resume);
-  ~BatchStream();
-  BatchStream(const BatchStream&) = delete;
-  BatchStream& operator=(const BatchStream&) = delete;
+  ParsedBatchStream(const Dataset* dataset, std::vector<std::unique_ptr<RowSource>> sources,
+                    int64_t epoch, const DataloaderState* resume);
+  ~ParsedBatchStream();
+  ParsedBatchStream(const ParsedBatchStream&) = delete;
+  ParsedBatchStream& operator=(const ParsedBatchStream&) = delete;
 
   // Returns false when the pass is complete.
   bool Next(ParsedBatch* out);

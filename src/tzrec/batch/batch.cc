@@ -1,0 +1,130 @@
+#include "tzrec/batch/batch.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+
+#include <memory>
+
+#include "tzrec/common/error.h"
+
+namespace tzrec {
+namespace {
+
+template <typename T>
+at::Tensor Borrow(const std::shared_ptr<ParsedBatch>& owner, std::vector<T>& data,
+                  at::IntArrayRef sizes, at::ScalarType type) {
+  if (data.empty()) return at::zeros(sizes, at::TensorOptions().dtype(type));
+  return at::from_blob(
+      data.data(), sizes, [owner](void*) {}, at::TensorOptions().dtype(type));
+}
+
+at::Tensor Offsets(const std::vector<int32_t>& lengths) {
+  const int64_t n = static_cast<int64_t>(lengths.size());
+  at::Tensor offsets = at::empty({n + 1}, at::TensorOptions().dtype(at::kLong));
+  int64_t* o = offsets.data_ptr<int64_t>();
+  o[0] = 0;
+  for (int64_t i = 0; i < n; ++i) o[i + 1] = o[i] + lengths[i];
+  return offsets;
+}
+
+}  // namespace
+
+const DataGroupBatch& Batch::group(const std::string& name) const {
+  auto it = data_groups.find(name);
+  if (it == data_groups.end()) Fail("batch has no data group '", name, "'");
+  return it->second;
+}
+
+const JaggedIds& Batch::Sparse(const std::string& name, const std::string& data_group) const {
+  const DataGroupBatch& g = group(data_group);
+  auto it = g.sparse.find(name);
+  if (it == g.sparse.end()) Fail("batch lacks sparse feature '", name, "' (data group ", data_group, ")");
+  return it->second;
+}
+
+const at::Tensor& Batch::Dense(const std::string& name, const std::string& data_group) const {
+  const DataGroupBatch& g = group(data_group);
+  auto it = g.dense.find(name);
+  if (it == g.dense.end()) Fail("batch lacks dense feature '", name, "' (data group ", data_group, ")");
+  return it->second;
+}
+
+const at::Tensor& Batch::Label(const std::string& name) const {
+  auto it = labels.find(name);
+  if (it == labels.end()) Fail("batch has no label '", name, "' (data_config.label_fields)");
+  return it->second;
+}
+
+const at::Tensor& Batch::SampleWeight(const std::string& name) const {
+  auto it = sample_weights.find(name);
+  if (it == sample_weights.end()) {
+    Fail("batch has no sample weight '", name, "' (data_config.sample_weight_fields)");
+  }
+  return it->second;
+}
+
+Batch ToBatch(ParsedBatch&& parsed) {
+  auto owner = std::make_shared<ParsedBatch>(std::move(parsed));
+  Batch batch;
+  const int64_t b = owner->size;
+  batch.size = b;
+  DataGroupBatch& base = batch.data_groups[kBaseDataGroup];
+  base.size = b;
+  for (auto& kv : owner->sparse) {
+    SparseValues& sv = kv.second;
+    at::Tensor values = Borrow(owner, sv.values, {static_cast<int64_t>(sv.values.size())}, at::kLong);
+    at::Tensor weights;
+    if (!sv.weights.empty()) {
+      weights = Borrow(owner, sv.weights, {static_cast<int64_t>(sv.weights.size())}, at::kFloat);
+    }
+    if (sv.sequence) {
+      SequenceIds seq;
+      seq.values = values;
+      seq.weights = weights;
+      seq.step_lengths = Borrow(owner, sv.lengths, {b}, at::kInt);
+      seq.key_lengths = Borrow(owner, sv.key_lengths, {static_cast<int64_t>(sv.key_lengths.size())}, at::kInt);
+      seq.key_offsets = Offsets(sv.key_lengths);
+      base.sequences.emplace(kv.first, std::move(seq));
+      continue;
+    }
+    JaggedIds ids;
+    ids.values = values;
+    ids.weights = weights;
+    ids.lengths = Borrow(owner, sv.lengths, {b}, at::kInt);
+    ids.offsets = Offsets(sv.lengths);
+    base.sparse.emplace(kv.first, std::move(ids));
+  }
+  for (auto& kv : owner->dense) {
+    DenseValues& dv = kv.second;
+    if (dv.sequence) {
+      const int64_t steps = dv.dim > 0 ? static_cast<int64_t>(dv.values.size()) / dv.dim : 0;
+      base.dense_sequences.emplace(
+          kv.first, DenseSequence{Borrow(owner, dv.values, {steps, dv.dim}, at::kFloat),
+                                  Borrow(owner, dv.lengths, {b}, at::kInt)});
+      continue;
+    }
+    base.dense.emplace(kv.first, Borrow(owner, dv.values, {b, dv.dim}, at::kFloat));
+  }
+  for (auto& kv : owner->labels) batch.labels.emplace(kv.first, Borrow(owner, kv.second, {b}, at::kFloat));
+  for (auto& kv : owner->sample_weights) {
+    batch.sample_weights.emplace(kv.first, Borrow(owner, kv.second, {b}, at::kFloat));
+  }
+  batch.reserved = std::move(owner->reserved);
+  batch.positions = std::move(owner->positions);
+  return batch;
+}
+
+at::Tensor FirstIdPerRow(const JaggedIds& ids) {
+  const int64_t rows = ids.lengths.numel();
+  at::Tensor out = at::zeros({rows}, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor offsets = ids.offsets.contiguous();
+  const at::Tensor values = ids.values.contiguous();
+  const int64_t* o = offsets.data_ptr<int64_t>();
+  const int64_t* v = values.data_ptr<int64_t>();
+  int64_t* first = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows; ++i) first[i] = o[i + 1] > o[i] ? v[o[i]] : 0;
+  return out;
+}
+
+}  // namespace tzrec

@@ -1,0 +1,312 @@
+#include "tzrec/embedding/embedding_collection.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "tzrec/common/error.h"
+#include "tzrec/embedding/sharded_lookup.h"
+
+namespace tzrec {
+
+int64_t EmbeddingCollection::TableBytes(const EmbeddingTableSpec& spec,
+                                        const SparseOptimizerSpec* optimizer) {
+  const int64_t state = optimizer ? optimizer->StateWidth(spec.dim) : 0;
+  return spec.rows * ((spec.dim + state) * 4 + 4);
+}
+
+int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
+                                  const std::string& feature, const std::string& where) {
+  TZREC_CHECK(!materialized_, "table '", name, "' added after Materialize");
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    EmbeddingTableSpec& spec = specs_[i];
+    if (spec.name != name) continue;
+    if (spec.rows != rows || spec.dim != dim) {
+      Fail(where, ": embedding '", name, "' is shared with shape [", spec.rows, ", ", spec.dim,
+           "] but this feature needs [", rows, ", ", dim, "]");
+    }
+    if (spec.trainable != trainable) {
+      Fail(where, ": embedding '", name, "' is shared by trainable and frozen features");
+    }
+    if (std::find(spec.features.begin(), spec.features.end(), feature) == spec.features.end()) {
+      spec.features.push_back(feature);
+    }
+    return static_cast<int>(i);
+  }
+  specs_.push_back({name, rows, dim, trainable, {feature}});
+  return static_cast<int>(specs_.size() - 1);
+}
+
+int EmbeddingCollection::AddLookup(const Feature* feature, int table) {
+  TZREC_CHECK(!materialized_, "lookup added after Materialize");
+  for (size_t i = 0; i < lookups_.size(); ++i) {
+    if (lookups_[i].feature == feature && lookups_[i].table == table) return static_cast<int>(i);
+  }
+  lookups_.push_back({feature, table});
+  return static_cast<int>(lookups_.size() - 1);
+}
+
+void EmbeddingCollection::Materialize(MaterializeOptions options) {
+  TZREC_CHECK(!materialized_, "embedding collection materialized twice");
+  optimizer_ = options.optimizer;
+  exchange_ = std::move(options.exchange);
+  comm_ = options.comm;
+  std::map<int, size_t> storage_of_dim;
+  std::vector<size_t> storage_of_table;
+  tables_.clear();
+  for (const EmbeddingTableSpec& spec : specs_) {
+    auto sharded = options.shards.find(spec.name);
+    if (sharded != options.shards.end() && sharded->second.sharded()) {
+      TZREC_CHECK(comm_ != nullptr, "sharded table '", spec.name, "' without a process group");
+      const TableShard& shard = sharded->second;
+      storages_.push_back(std::make_unique<EmbeddingStorage>(shard.local_dim(shard.rank), optimizer_));
+      storage_shards_.push_back(shard);
+      storage_out_dims_.push_back(spec.dim);
+      storage_of_table.push_back(storages_.size() - 1);
+      tables_.push_back(storages_.back()->AddTable(spec.name, shard.local_rows(shard.rank), spec.trainable));
+      continue;
+    }
+    auto it = storage_of_dim.find(spec.dim);
+    if (it == storage_of_dim.end()) {
+      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer_));
+      storage_shards_.push_back(TableShard{});
+      storage_out_dims_.push_back(spec.dim);
+      it = storage_of_dim.emplace(spec.dim, storages_.size() - 1).first;
+    }
+    storage_of_table.push_back(it->second);
+    tables_.push_back(storages_[it->second]->AddTable(spec.name, spec.rows, spec.trainable));
+  }
+  // Fail clearly before the allocator does ("can't allocate memory: you tried to allocate
+  // 26135627264 bytes" names no table).
+  int64_t bytes = 0;
+  for (auto& storage : storages_) bytes += storage->total_rows() * (storage->row_width() * 4 + 4);
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (memory > 0 && bytes > memory) {
+    const EmbeddingTableSpec* largest = &specs_[0];
+    for (const EmbeddingTableSpec& spec : specs_) {
+      if (spec.rows * spec.dim > largest->rows * largest->dim) largest = &spec;
+    }
+    Fail("embedding tables need ", bytes >> 20, " MiB",
+         optimizer_ ? " with the " + optimizer_->name() + " state" : std::string(),
+         ", more than this machine's ", memory >> 20, " MiB of memory (largest: '", largest->name,
+         "' with ", largest->rows, " rows of dim ", largest->dim,
+         "); reduce num_buckets / hash_bucket_size, e.g. --edit_config_json='{\"feature_configs[",
+         "id_feature.num_buckets>1000000].id_feature.num_buckets\": 1000000}'");
+  }
+  for (auto& storage : storages_) storage->Allocate(/*initialize=*/false);
+  // Initialise in the order one process would (tables grouped by dim in order of first
+  // appearance), so every rank, sharded or not, draws the same random values.
+  std::vector<int> dims;
+  for (const EmbeddingTableSpec& spec : specs_) {
+    if (std::find(dims.begin(), dims.end(), spec.dim) == dims.end()) dims.push_back(spec.dim);
+  }
+  for (int dim : dims) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const EmbeddingTableSpec& spec = specs_[i];
+      if (spec.dim != dim) continue;
+      const size_t s = storage_of_table[i];
+      const TableShard& shard = storage_shards_[s];
+      storages_[s]->InitializeTable(tables_[i], spec.rows, spec.dim,
+                                    shard.sharded() ? shard.row_begin(shard.rank) : 0,
+                                    shard.sharded() ? shard.column_begin(shard.rank) : 0);
+    }
+  }
+  table_bytes_ = bytes;
+  storage_lookups_.assign(storages_.size(), {});
+  for (size_t i = 0; i < lookups_.size(); ++i) {
+    EmbeddingStorage* storage = tables_[lookups_[i].table]->storage();
+    for (size_t s = 0; s < storages_.size(); ++s) {
+      if (storages_[s].get() == storage) storage_lookups_[s].push_back(static_cast<int>(i));
+    }
+  }
+  materialized_ = true;
+}
+
+LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
+  TZREC_CHECK(materialized_, "EmbeddingCollection::Materialize was not called");
+  TZREC_CHECK(!training || optimizer_ != nullptr, "training lookup without a sparse optimizer");
+  LookupOutputs out;
+  out.storage_out.resize(storages_.size());
+  out.storage_dim = storage_out_dims_;
+  out.storage_of.assign(lookups_.size(), -1);
+  out.position_of.assign(lookups_.size(), -1);
+  for (size_t s = 0; s < storages_.size(); ++s) {
+    if (storage_lookups_[s].empty()) continue;
+    std::vector<LookupTensors> inputs;
+    int64_t bags = -1;
+    for (size_t k = 0; k < storage_lookups_[s].size(); ++k) {
+      const int i = storage_lookups_[s][k];
+      const LookupSpec& lookup = lookups_[i];
+      const Feature* feature = lookup.feature;
+      const DataGroupBatch& group = batch.group(feature->data_group());
+      TZREC_CHECK(bags < 0 || bags == group.size, "one storage's lookups span data groups of different sizes");
+      bags = group.size;
+      const JaggedIds& ids = batch.Sparse(feature->name(), feature->data_group());
+      // Weighted features always carry a (maybe empty) weight tensor: the sharded lookup's
+      // collectives must not depend on whether this rank's batch happens to have ids.
+      at::Tensor weights;
+      if (feature->weighted()) {
+        weights = ids.weights.defined() ? ids.weights : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
+      }
+      inputs.push_back({ids.values, ids.offsets, tables_[lookup.table], feature->pooling() == "mean", weights});
+      out.storage_of[i] = static_cast<int>(s);
+      out.position_of[i] = static_cast<int>(k);
+    }
+    out.storage_out[s] =
+        storage_shards_[s].sharded()
+            ? ShardedPooledLookup(storages_[s].get(), storage_shards_[s], comm_, inputs, bags, training)
+            : StoragePooledLookup(storages_[s].get(), inputs, bags, training,
+                                  exchange_ ? &exchange_ : nullptr);
+  }
+  return out;
+}
+
+void EmbeddingCollection::LookupEmpty() {
+  at::Tensor no_values = at::zeros({0}, at::kLong);
+  at::Tensor one_offset = at::zeros({1}, at::kLong);
+  for (size_t s = 0; s < storages_.size(); ++s) {
+    if (!storage_shards_[s].sharded() || storage_lookups_[s].empty()) continue;
+    std::vector<LookupTensors> inputs;
+    for (int i : storage_lookups_[s]) {
+      inputs.push_back({no_values, one_offset, tables_[lookups_[i].table],
+                        lookups_[i].feature->pooling() == "mean",
+                        lookups_[i].feature->weighted() ? at::zeros({0}, at::kFloat) : at::Tensor()});
+    }
+    ShardedPooledLookup(storages_[s].get(), storage_shards_[s], comm_, inputs, 0, /*training=*/false);
+  }
+}
+
+bool EmbeddingCollection::has_sharded_tables() const {
+  for (const TableShard& shard : storage_shards_) {
+    if (shard.sharded()) return true;
+  }
+  return false;
+}
+
+const TableShard* EmbeddingCollection::ShardOf(const EmbeddingTable* table) const {
+  for (size_t s = 0; s < storages_.size(); ++s) {
+    if (storages_[s].get() == table->storage()) {
+      return storage_shards_[s].sharded() ? &storage_shards_[s] : nullptr;
+    }
+  }
+  return nullptr;
+}
+
+at::Tensor EmbeddingCollection::LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns) {
+  at::Tensor rows = logical.narrow(0, shard.row_begin(shard.rank), shard.local_rows(shard.rank));
+  if (!columns || shard.type != TableShard::Type::kColumnWise) return rows;
+  return rows.narrow(1, shard.column_begin(shard.rank), shard.local_dim(shard.rank));
+}
+
+std::map<std::string, at::Tensor> EmbeddingCollection::GatherTable(const EmbeddingTable* table,
+                                                                  const TableShard& shard,
+                                                                  bool with_optimizer_state) const {
+  std::map<std::string, at::Tensor> out;
+  const int world = shard.world_size;
+  std::vector<std::pair<std::string, at::Tensor>> parts = {{"weight", table->weight()}};
+  if (with_optimizer_state) {
+    for (auto& kv : table->optimizer_state()) parts.push_back(kv);
+  }
+  for (auto& [name, local] : parts) {
+    // Width of this tensor on rank r: the weight's local dim, or the state slice's width.
+    auto width_on = [&, name = name](int r) {
+      const int local_dim = shard.local_dim(r);
+      if (name == "weight") return local_dim;
+      for (const auto& slice : table->storage()->optimizer().spec().StateSlices(std::max(local_dim, 1))) {
+        if (slice.name == name) return slice.width;
+      }
+      return local_dim;
+    };
+    int64_t max_rows = 0;
+    int max_width = 0;
+    for (int r = 0; r < world; ++r) {
+      max_rows = std::max(max_rows, shard.local_rows(r));
+      max_width = std::max(max_width, width_on(r));
+    }
+    at::Tensor padded = at::zeros({std::max<int64_t>(max_rows, 1), std::max(max_width, 1)}, at::kFloat);
+    if (local.size(0) > 0 && local.size(1) > 0) {
+      padded.narrow(0, 0, local.size(0)).narrow(1, 0, local.size(1)).copy_(local);
+    }
+    at::Tensor all = comm_->AllGather(padded);
+    const int64_t stride = padded.size(0);
+    at::Tensor logical;
+    if (shard.type == TableShard::Type::kColumnWise && width_on(0) == shard.local_dim(0)) {
+      std::vector<at::Tensor> columns;
+      for (int r = 0; r < world; ++r) {
+        columns.push_back(all.narrow(0, r * stride, shard.rows).narrow(1, 0, width_on(r)));
+      }
+      logical = at::cat(columns, 1);
+    } else if (shard.type == TableShard::Type::kColumnWise) {
+      // Per-row state (row-wise Adagrad) of a column shard: rank 0's stands for the row.
+      logical = all.narrow(0, 0, shard.rows).narrow(1, 0, width_on(0)).clone();
+    } else {
+      std::vector<at::Tensor> blocks;
+      for (int r = 0; r < world; ++r) {
+        if (shard.local_rows(r) > 0) {
+          blocks.push_back(all.narrow(0, r * stride, shard.local_rows(r)).narrow(1, 0, width_on(r)));
+        }
+      }
+      logical = at::cat(blocks, 0);
+    }
+    out[name] = logical.contiguous();
+  }
+  return out;
+}
+
+void EmbeddingCollection::VisitTableStates(
+    bool with_optimizer_state,
+    const std::function<void(const std::string&, const std::map<std::string, at::Tensor>&)>& fn) const {
+  for (const EmbeddingTable* table : tables_) {
+    if (const TableShard* shard = ShardOf(table)) {
+      fn(table->name(), GatherTable(table, *shard, with_optimizer_state));
+      continue;
+    }
+    std::map<std::string, at::Tensor> tensors = {{"weight", table->weight()}};
+    if (with_optimizer_state) {
+      for (auto& kv : table->optimizer_state()) tensors[kv.first] = kv.second;
+    }
+    fn(table->name(), tensors);
+  }
+}
+
+int EmbeddingCollection::RestoreTables(
+    const std::map<std::string, std::map<std::string, at::Tensor>>& saved, bool with_optimizer_state,
+    const std::string& source, const std::function<void(const std::string&)>& missing) {
+  int restored = 0;
+  for (EmbeddingTable* table : tables_) {
+    const TableShard* shard = ShardOf(table);
+    auto saved_table = saved.find(table->name());
+    std::vector<std::pair<std::string, at::Tensor>> targets = {{"weight", table->weight()}};
+    if (with_optimizer_state) {
+      for (auto& kv : table->optimizer_state()) targets.push_back(kv);
+    }
+    for (auto& [name, target] : targets) {
+      const std::string what = table->name() + (name == "weight" ? "" : " " + name);
+      if (saved_table == saved.end() || !saved_table->second.count(name)) {
+        missing(what);
+        continue;
+      }
+      const at::Tensor& logical = saved_table->second.at(name);
+      at::Tensor part = logical;
+      if (shard) {
+        // Checkpoints hold logical tables: keep this rank's part.
+        if (logical.dim() != 2 || logical.size(0) != shard->rows) {
+          Fail(source, ": table ", what, " has shape ", logical.sizes(), " but the model's table has ",
+               shard->rows, " rows");
+        }
+        part = LocalPart(*shard, logical, logical.size(1) == shard->dim);
+      }
+      if (part.sizes() != target.sizes()) {
+        Fail(source, ": table ", what, " has shape ", logical.sizes(), " but the model needs ",
+             shard ? StrCat("[", shard->rows, ", ", shard->dim, "]") : StrCat(target.sizes()));
+      }
+      target.copy_(part);
+      ++restored;
+    }
+  }
+  return restored;
+}
+
+}  // namespace tzrec

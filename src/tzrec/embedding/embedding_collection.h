@@ -1,0 +1,135 @@
+// EmbeddingCollection: the one owner of a model's embedding tables and pooled lookups.
+//
+// Views (EmbeddingGroup, one per tower where a model needs its own) register the tables and
+// lookups their feature groups need; features naming the same embedding_name share one table
+// (rows, dim and trainable must agree), and a feature looked up in the same table by several
+// groups is looked up once. Table names are what the sharding planner plans, checkpoints save
+// and the memory model counts (TableBytes), so WIDE tables (`<embedding_name>_wide`) are
+// planned like any other, and features no group uses get no table.
+//
+// Materialize() allocates the tables once the sparse optimizer is known: with it, its state sits
+// beside each row (training); without (evaluation, predict, serving) rows hold weights only and
+// lookups cannot train. Tables of one dim share a fused EmbeddingStorage unless the plan makes
+// them model-parallel (then each holds this rank's part and looks up through `comm`).
+// Lookup() runs every lookup of a batch (one fused call per storage); LookupEmpty() takes part in
+// the collectives of a Lookup without a batch (rank lockstep). VisitTableStates() /
+// RestoreTables() are the state dict: logical (unsharded) tensors, with the collectives for
+// sharded tables inside (every rank calls them).
+//
+// Thread safety: one thread at a time (the model's).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tzrec/batch/batch.h"
+#include "tzrec/embedding/embedding_storage.h"
+#include "tzrec/embedding/fused_lookup.h"
+#include "tzrec/embedding/table_shard.h"
+#include "tzrec/features/feature.h"
+
+namespace tzrec {
+
+struct EmbeddingTableSpec {
+  std::string name;
+  int64_t rows = 0;
+  int dim = 0;
+  bool trainable = true;
+  std::vector<std::string> features;  // features looked up in it (their constraints apply)
+};
+
+// One forward of all lookups: per storage a [B, L*dim] output, and where each lookup sits.
+struct LookupOutputs {
+  std::vector<at::Tensor> storage_out;
+  std::vector<int> storage_dim;  // per storage: columns per lookup
+  std::vector<int> storage_of;   // per lookup
+  std::vector<int> position_of;  // per lookup: index among its storage's lookups
+  // [B, dim] of lookup `i`.
+  at::Tensor Of(int i) const {
+    return storage_out[storage_of[i]].narrow(1, static_cast<int64_t>(position_of[i]) * storage_dim[storage_of[i]],
+                                             storage_dim[storage_of[i]]);
+  }
+};
+
+class EmbeddingCollection {
+ public:
+  // Bytes a whole table needs: weights, optimizer state (none with a null spec) and the 4-byte
+  // backward slot of every row. The planner and Materialize's memory check both use it.
+  static int64_t TableBytes(const EmbeddingTableSpec& spec, const SparseOptimizerSpec* optimizer);
+
+  // Registers (or finds) table `name`; `where` names the config path in errors.
+  int AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
+               const std::string& feature, const std::string& where);
+  // Registers (or finds) the pooled lookup of `feature`'s ids in `table`.
+  int AddLookup(const Feature* feature, int table);
+  const std::vector<EmbeddingTableSpec>& table_specs() const { return specs_; }
+
+  struct MaterializeOptions {
+    const SparseOptimizer* optimizer = nullptr;  // null: inference, no optimizer state
+    std::map<std::string, TableShard> shards;    // model-parallel tables of this rank
+    ShardComm* comm = nullptr;                   // required when `shards` has sharded tables
+    SparseGradientExchange exchange;             // data-parallel gradient merge (may be empty)
+  };
+  void Materialize(MaterializeOptions options);
+  bool materialized() const { return materialized_; }
+  bool has_optimizer_state() const { return optimizer_ != nullptr; }
+  // Bytes of all tables with their optimizer state and backward slot maps (after Materialize).
+  int64_t table_bytes() const { return table_bytes_; }
+
+  // `training`: record the backward that updates the tables with the sparse optimizer.
+  LookupOutputs Lookup(const Batch& batch, bool training);
+  void LookupEmpty();
+  bool has_sharded_tables() const;
+
+  // Materialised tables, in registration order; the model-parallel placement of one (null when
+  // it is whole here).
+  const std::vector<EmbeddingTable*>& tables() const { return tables_; }
+  const TableShard* ShardOf(const EmbeddingTable* table) const;
+
+  // Calls `fn(table, {"weight": [rows, dim], <state name>: ...})` with logical tensors for every
+  // table in order (optimizer state only when asked and present). Collective for sharded
+  // tables: every rank calls it; each table is gathered just before its call, so memory peaks at
+  // one logical table.
+  void VisitTableStates(bool with_optimizer_state,
+                        const std::function<void(const std::string& table,
+                                                 const std::map<std::string, at::Tensor>&)>& fn) const;
+  // Restores tables from logical tensors by table name then "weight" / state name (slicing this
+  // rank's part of sharded tables). A table or tensor missing from `saved` calls `missing`
+  // with its name; a shape mismatch is an error naming `source`. Returns tensors restored.
+  int RestoreTables(const std::map<std::string, std::map<std::string, at::Tensor>>& saved,
+                    bool with_optimizer_state, const std::string& source,
+                    const std::function<void(const std::string&)>& missing);
+
+ private:
+  struct LookupSpec {
+    const Feature* feature;
+    int table;
+  };
+  // This rank's part of logical `tensor` (a table's weight or state) for `shard`.
+  static at::Tensor LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns);
+  std::map<std::string, at::Tensor> GatherTable(const EmbeddingTable* table, const TableShard& shard,
+                                                bool with_optimizer_state) const;
+
+  std::vector<EmbeddingTableSpec> specs_;
+  std::vector<LookupSpec> lookups_;
+  bool materialized_ = false;
+  const SparseOptimizer* optimizer_ = nullptr;
+  SparseGradientExchange exchange_;
+  ShardComm* comm_ = nullptr;
+  std::vector<std::unique_ptr<EmbeddingStorage>> storages_;
+  std::vector<EmbeddingTable*> tables_;  // by spec index
+  int64_t table_bytes_ = 0;
+  std::vector<std::vector<int>> storage_lookups_;
+  // Per storage: its placement (kDataParallel for fused storages of whole tables; a deque so
+  // pointers handed to autograd stay valid) and the logical dim of its lookups' outputs.
+  std::deque<TableShard> storage_shards_;
+  std::vector<int> storage_out_dims_;
+};
+
+}  // namespace tzrec

@@ -1,0 +1,83 @@
+#include "tzrec/modules/masknet.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/linear.h>
+
+#include "tzrec/common/error.h"
+
+namespace tzrec {
+
+MaskBlockImpl::MaskBlockImpl(int64_t input_dim, int64_t mask_input_dim,
+                             const protos::MaskBlock& config, const std::string& where) {
+  int64_t aggregation = 0;
+  if (config.reduction_ratio() != 0) {
+    aggregation = static_cast<int64_t>(static_cast<double>(input_dim) * config.reduction_ratio());
+  } else {
+    aggregation = config.aggregation_dim();
+  }
+  if (aggregation <= 0) {
+    Fail(where, ": the aggregation width (input_dim * reduction_ratio, or aggregation_dim with "
+         "reduction_ratio 0) must be > 0, got ", aggregation);
+  }
+  hidden_dim_ = config.hidden_dim();
+  if (hidden_dim_ <= 0) Fail(where, ".hidden_dim must be > 0");
+  mask_generator_->push_back(torch::nn::Linear(mask_input_dim, aggregation));
+  mask_generator_->push_back(torch::nn::ReLU());
+  mask_generator_->push_back(torch::nn::Linear(aggregation, input_dim));
+  register_module("mask_generator", mask_generator_);
+  ffn_->push_back(torch::nn::Linear(input_dim, hidden_dim_));
+  ffn_->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden_dim_})));
+  ffn_->push_back(torch::nn::ReLU());
+  register_module("ffn", ffn_);
+}
+
+at::Tensor MaskBlockImpl::forward(const at::Tensor& feature_input, const at::Tensor& mask_input) {
+  at::Tensor weights = mask_generator_->forward(mask_input);
+  return ffn_->forward(feature_input * weights);
+}
+
+MaskNetModuleImpl::MaskNetModuleImpl(int64_t feature_dim, const protos::MaskNetModule& config,
+                                     const std::string& where)
+    : parallel_(config.use_parallel()) {
+  const int blocks = static_cast<int>(config.n_mask_blocks());
+  if (blocks < 1) Fail(where, ".n_mask_blocks must be >= 1");
+  ln_emb_ = register_module("ln_emb", torch::nn::LayerNorm(torch::nn::LayerNormOptions({feature_dim})));
+  if (parallel_) {
+    for (int i = 0; i < blocks; ++i) {
+      mask_blocks_->push_back(MaskBlock(feature_dim, feature_dim, config.mask_block(), where + ".mask_block"));
+    }
+    output_dim_ = static_cast<int64_t>(config.mask_block().hidden_dim()) * blocks;
+  } else {
+    output_dim_ = feature_dim;
+    for (int i = 0; i < blocks; ++i) {
+      MaskBlock block(output_dim_, feature_dim, config.mask_block(), where + ".mask_block");
+      output_dim_ = block->output_dim();
+      mask_blocks_->push_back(block);
+    }
+  }
+  register_module("mask_blocks", mask_blocks_);
+  if (config.has_top_mlp()) {
+    top_mlp_ = register_module("top_mlp", MLP(output_dim_, config.top_mlp(), where + ".top_mlp"));
+    output_dim_ = top_mlp_->output_dim();
+  }
+}
+
+at::Tensor MaskNetModuleImpl::forward(const at::Tensor& feature_emb) {
+  at::Tensor ln = ln_emb_->forward(feature_emb);
+  at::Tensor hidden;
+  if (parallel_) {
+    std::vector<at::Tensor> outs;
+    for (const auto& block : *mask_blocks_) outs.push_back(block->as<MaskBlockImpl>()->forward(ln, feature_emb));
+    hidden = at::cat(outs, -1);
+  } else {
+    hidden = mask_blocks_[0]->as<MaskBlockImpl>()->forward(ln, feature_emb);
+    for (size_t i = 1; i < mask_blocks_->size(); ++i) {
+      hidden = mask_blocks_[i]->as<MaskBlockImpl>()->forward(hidden, feature_emb);
+    }
+  }
+  return top_mlp_ ? top_mlp_->forward(hidden) : hidden;
+}
+
+}  // namespace tzrec

@@ -1,0 +1,105 @@
+#include "tzrec/pipeline/pipeline.h"
+
+#include <unistd.h>
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/fs.h"
+#include "tzrec/common/logging.h"
+#include "tzrec/dist/data_parallel.h"
+#include "tzrec/fg/feature_info.h"
+#include "tzrec/optim/dense_optimizer.h"
+
+namespace tzrec {
+
+std::unique_ptr<DistContext> DistContext::FromEnvironment() {
+  auto dist = std::make_unique<DistContext>();
+  dist->env = ReadDistEnv();
+  if (dist->env.distributed()) {
+    dist->pg = ProcessGroup::Create(dist->env);
+    dist->shard_comm = std::make_unique<ProcessGroupShardComm>(dist->pg.get());
+    dist->collectives = std::make_unique<ProcessGroupCollectives>(dist->pg.get());
+  }
+  return dist;
+}
+
+std::vector<const Feature*> Pipeline::FeaturePointers() const {
+  std::vector<const Feature*> out;
+  for (const auto& f : features) out.push_back(f.get());
+  return out;
+}
+
+std::unique_ptr<Dataset> Pipeline::MakeDataset(const std::string& input_path, DatasetMode dataset_mode,
+                                               uint64_t seed, const DistContext* dist,
+                                               std::vector<std::string> reserved_columns) const {
+  return std::make_unique<Dataset>(config.data_config(), FeaturePointers(), input_path, dataset_mode,
+                                   seed, generator, dist ? dist->rank() : 0,
+                                   dist ? dist->world_size() : 1, std::move(reserved_columns));
+}
+
+std::unique_ptr<Pipeline> BuildFeatures(const protos::EasyRecConfig& config, PipelineMode mode) {
+  auto p = std::make_unique<Pipeline>();
+  p->config = config;
+  p->mode = mode;
+  p->features = CreateFeatures(p->config.feature_configs(), p->config.data_config());
+  const auto& data = p->config.data_config();
+  if (data.fg_mode() != protos::FG_NONE) {
+    p->generator = std::make_shared<fg::FeatureGenerator>(
+        fg::DescribeFeatures(p->config.feature_configs(), data.fg_mode()), data.fg_mode(),
+        data.fg_encoded_multival_sep(), static_cast<int>(data.fg_threads()));
+  }
+  return p;
+}
+
+void BuildModel(Pipeline* p, DistContext* dist) {
+  const bool training = p->mode == PipelineMode::kTrain;
+  const auto& data = p->config.data_config();
+  ModelContext context;
+  context.config = &p->config.model_config();
+  context.features = p->FeaturePointers();
+  for (const Feature* f : context.features) {
+    if (f->is_sparse() && !f->is_sequence()) context.heads.sparse_features.insert(f->name());
+  }
+  context.heads.label_fields.assign(data.label_fields().begin(), data.label_fields().end());
+  context.heads.sample_weight_fields.assign(data.sample_weight_fields().begin(),
+                                            data.sample_weight_fields().end());
+  context.heads.needs_labels = p->mode != PipelineMode::kPredict;
+  p->model = CreateModel(context);
+
+  EmbeddingCollection::MaterializeOptions tables;
+  const int world = dist ? dist->world_size() : 1;
+  const int rank = dist ? dist->rank() : 0;
+  if (training) {
+    const auto& train = p->config.train_config();
+    p->sparse_optimizer = SparseOptimizer::Create(train.sparse_optimizer());
+    p->sparse_base_lr = p->sparse_optimizer->lr();
+    p->sparse_lr = CreateLearningRateSchedule(train.sparse_optimizer(), "train_config.sparse_optimizer");
+    p->dense_lr = CreateLearningRateSchedule(train.dense_optimizer(), "train_config.dense_optimizer");
+    tables.optimizer = p->sparse_optimizer.get();
+    // Whole tables may use at most 80% of this machine's memory split over its ranks.
+    const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    const int local_ranks = dist ? std::max(1, dist->env.local_world_size) : 1;
+    p->plan = PlanSharding(p->config, p->model->embedding_collection().table_specs(), world,
+                           memory > 0 ? memory / local_ranks / 10 * 8 : 0);
+    p->plan_json = PlanToJson(p->plan);
+    if (rank == 0) LOG_INFO << "embedding sharding plan (" << world << " ranks): " << p->plan_json;
+    tables.shards = ShardsForRank(p->plan, rank, world);
+    if (dist && dist->distributed()) {
+      tables.comm = dist->shard_comm.get();
+      ProcessGroup* group = dist->pg.get();
+      tables.exchange = [group](at::Tensor* rows, at::Tensor* grads) {
+        ExchangeSparseGradients(*group, rows, grads);
+      };
+    }
+  }
+  p->model->embedding_collection().Materialize(std::move(tables));
+  LOG_INFO << "embedding tables: " << (p->model->embedding_collection().table_bytes() >> 20) << " MiB"
+           << (training ? " with optimizer state" : "") << "; process RSS "
+           << (ResidentSetBytes() >> 20) << " MiB";
+  if (training) {
+    p->dense_optimizer = CreateDenseOptimizer(p->config.train_config().dense_optimizer(),
+                                              p->model->parameters());
+    p->dense_base_lr = DenseLearningRate(*p->dense_optimizer);
+  }
+}
+
+}  // namespace tzrec
