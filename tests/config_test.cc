@@ -83,26 +83,64 @@ TEST(SupportedFields, UnsupportedFieldsAreNamedWithTheirPath) {
     feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 4 } }
     feature_configs { id_feature { feature_name: "b" num_buckets: 3 embedding_dim: 4
                                    init_fn: "nn.init.uniform_,b=0.01" } }
-    model_config { train_metrics { auc {} } }
+    model_config { variational_dropout {} }
   )", "t");
-  auto unsupported = FindUnsupportedFields(config, SupportedConfigFields());
+  auto unsupported = FindUnsupportedFields(config);
   ASSERT_EQ(unsupported.size(), 3u);
-  EXPECT_EQ(unsupported[0], "train_config.mixed_precision");
-  EXPECT_EQ(unsupported[1], "feature_configs[1].id_feature.init_fn");
-  EXPECT_EQ(unsupported[2], "model_config.train_metrics");
+  EXPECT_EQ(unsupported[0].path, "train_config.mixed_precision");
+  EXPECT_EQ(unsupported[1].path, "feature_configs[1].id_feature.init_fn");
+  EXPECT_EQ(unsupported[2].path, "model_config.variational_dropout");
   EXPECT_TZREC_ERROR(CheckConfigSupported(config), "train_config.mixed_precision: not supported yet");
 }
 
-TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
-  auto config = LoadPipelineConfig(testing::ReferenceConfig("mmoe_taobao.config"));
-  auto unsupported = FindUnsupportedFields(config, SupportedConfigFields());
-  EXPECT_NE(std::find(unsupported.begin(), unsupported.end(), "model_config.mmoe"),
-            unsupported.end());
+// Fields behind a registry are checked against what the registered component declares,
+// wherever the message appears (here a LossConfig and a MetricConfig inside a task tower).
+TEST(SupportedFields, RegistryMembersAndTheirFieldsAreCheckedWhereverTheyAppear) {
+  auto config = ParsePipelineConfigText(R"(
+    model_config {
+      mmoe {
+        expert_mlp { hidden_units: [4] }
+        task_towers {
+          tower_name: "a" label_name: "x"
+          losses { binary_focal_loss { gamma: 1.0 } }
+          losses { listwise_rank_loss {} }
+          losses { binary_cross_entropy {} weight: 2.0 }
+          metrics { grouped_auc { grouping_key: "u" } }
+          train_metrics { auc { thresholds: 10 } decay_step: 10 }
+        }
+      }
+    }
+    train_config { sparse_optimizer { lamb_optimizer {} cosine_annealing_learning_rate {} } }
+  )", "t");
+  auto unsupported = FindUnsupportedFields(config);
+  std::vector<std::string> paths;
+  for (const auto& u : unsupported) paths.push_back(u.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{
+                       "train_config.sparse_optimizer.lamb_optimizer",
+                       "train_config.sparse_optimizer.cosine_annealing_learning_rate",
+                       "model_config.mmoe.task_towers[0].losses[1].listwise_rank_loss",
+                       "model_config.mmoe.task_towers[0].losses[2].weight"}));
+  EXPECT_NE(unsupported[0].note.find("supported: adagrad_optimizer, adam_optimizer"), std::string::npos)
+      << unsupported[0].note;
+  auto simple = ParsePipelineConfigText("model_config { simple_multi_task {} }", "t");
+  EXPECT_TZREC_ERROR(CheckConfigSupported(simple), "TorchEasyRec has no SimpleMultiTask model");
 }
 
-TEST(SupportedFields, DeepFMCriteoIsSupportedExceptItsDataset) {
-  auto config = LoadPipelineConfig(testing::ReferenceConfig("deepfm_criteo.config"));
-  EXPECT_TRUE(FindUnsupportedFields(config, SupportedConfigFields()).empty());
+TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
+  auto config = LoadPipelineConfig(testing::ReferenceConfig("multi_tower_din_taobao.config"));
+  auto unsupported = FindUnsupportedFields(config);
+  bool named = false;
+  for (const auto& u : unsupported) named = named || u.path == "model_config.multi_tower_din";
+  EXPECT_TRUE(named);
+}
+
+TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
+  for (const char* name : {"deepfm_criteo.config", "dlrm_criteo.config", "mmoe_taobao.config",
+                           "dbmtl_taobao.config"}) {
+    auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
+    auto unsupported = FindUnsupportedFields(config);
+    EXPECT_TRUE(unsupported.empty()) << name << ": " << (unsupported.empty() ? "" : unsupported[0].path);
+  }
 }
 
 class EditConfigTest : public ::testing::Test {

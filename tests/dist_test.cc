@@ -358,6 +358,9 @@ TEST(Distributed, KilledRankEndsTheTrainingJob) {
 
 #include "tzrec/dist/sharding_plan.h"
 #include "tzrec/features/feature.h"
+#include "model_test_util.h"
+#include "tzrec/common/strings.h"
+#include <google/protobuf/text_format.h>
 
 namespace tzrec {
 namespace {
@@ -366,9 +369,14 @@ namespace {
 // largest become row_wise; constrained tables keep their type.
 TEST(Distributed, PlannerShardsTablesThatDoNotFitInMemory) {
   auto config = LoadPipelineConfig(testing::SourceDir() + "/examples/deepfm_mock.config");
-  auto features = CreateFeatures(config.feature_configs(), config.data_config());
-  std::vector<const Feature*> pointers;
-  for (const auto& f : features) pointers.push_back(f.get());
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(config, &text);
+  // The model's own tables (DEEP and WIDE ones) are what the planner plans.
+  auto pipeline = testing::BuildTestPipeline(text);
+  const std::vector<EmbeddingTableSpec> pointers = pipeline->model->embedding_collection().table_specs();
+  bool has_wide = false;
+  for (const auto& t : pointers) has_wide = has_wide || EndsWith(t.name, "_wide");
+  EXPECT_TRUE(has_wide);
   auto type_of = [](const std::vector<TablePlan>& plan, const std::string& table) {
     for (const auto& t : plan) {
       if (t.table == table) return t.sharding_type;

@@ -4,36 +4,17 @@
 
 #include <random>
 
+#include "model_test_util.h"
 #include "test_util.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/embedding/embedding_group.h"
-#include "tzrec/loss/losses.h"
 #include "tzrec/models/model.h"
+#include <google/protobuf/text_format.h>
 #include "tzrec/modules/fm.h"
 #include "tzrec/modules/interaction.h"
 
 namespace tzrec {
 namespace {
-
-TEST(BinaryCrossEntropyLoss, LabelSmoothingAndSampleWeights) {
-  at::Tensor logits = torch::tensor({0.5f, -1.0f, 2.0f});
-  at::Tensor labels = torch::tensor({1.0f, 0.0f, 1.0f});
-  at::Tensor weights = torch::tensor({1.0f, 2.0f, 3.0f});
-  auto bce = [](double z, double y) {
-    double p = 1.0 / (1.0 + std::exp(-z));
-    return -(y * std::log(p) + (1 - y) * std::log(1 - p));
-  };
-  double z[] = {0.5, -1.0, 2.0}, y[] = {1, 0, 1}, w[] = {1, 2, 3};
-  double plain = 0, smoothed = 0, weighted = 0;
-  for (int i = 0; i < 3; ++i) {
-    plain += bce(z[i], y[i]) / 3;
-    smoothed += bce(z[i], y[i] * 0.8 + 0.5 * 0.2) / 3;
-    weighted += bce(z[i], y[i]) * w[i] / 2.0 / 3;  // w / mean(w), then mean
-  }
-  EXPECT_NEAR(BinaryCrossEntropyLoss(logits, labels, {}, 0.0).item<double>(), plain, 1e-6);
-  EXPECT_NEAR(BinaryCrossEntropyLoss(logits, labels, {}, 0.2).item<double>(), smoothed, 1e-6);
-  EXPECT_NEAR(BinaryCrossEntropyLoss(logits, labels, weights, 0.0).item<double>(), weighted, 1e-6);
-}
 
 TEST(FactorizationMachine, MatchesBruteForceAndFiniteDifferences) {
   torch::manual_seed(3);
@@ -77,22 +58,11 @@ const char* kTinyDeepFM = R"(
   })";
 
 TEST(DeepFM, ForwardMatchesHandComputation) {
-  auto config = ParsePipelineConfigText(kTinyDeepFM, "tiny");
-  auto features = CreateFeatures(config.feature_configs(), config.data_config());
-  std::vector<const Feature*> ptrs;
-  for (auto& f : features) ptrs.push_back(f.get());
-  auto model = CreateModel(config.model_config(), ptrs, {"label"}, {});
-  SparseOptimizer sgd(ParseSparseOptimizer(config.train_config().sparse_optimizer().has_sgd_optimizer()
-                                               ? config.train_config().sparse_optimizer()
-                                               : [] {
-                                                   protos::SparseOptimizer c;
-                                                   c.mutable_sgd_optimizer()->set_lr(0.1f);
-                                                   return c;
-                                                 }()));
-  model->embedding_group().Materialize(&sgd);
+  auto pipeline = testing::BuildTestPipeline(kTinyDeepFM);
+  Model* model = pipeline->model.get();
   torch::NoGradGuard no_grad;
   std::map<std::string, EmbeddingTable*> tables;
-  for (EmbeddingTable* t : model->embedding_group().tables()) tables[t->name()] = t;
+  for (EmbeddingTable* t : model->embedding_collection().tables()) tables[t->name()] = t;
   ASSERT_EQ(tables.size(), 4u);  // a_emb, b_emb, a_emb_wide, b_emb_wide
   tables["a_emb"]->weight().copy_(torch::tensor({{1.f, 2.f}, {3.f, 4.f}, {5.f, 6.f}}));
   tables["b_emb"]->weight().copy_(torch::tensor({{.5f, -1.f}, {0.f, 1.f}, {2.f, 2.f}, {-1.f, 0.f}}));
@@ -192,23 +162,20 @@ TEST(DLRM, ForwardShapesAndConfigChecks) {
     feature_configs { raw_feature { feature_name: "d1" } }
     feature_configs { id_feature { feature_name: "a" num_buckets: 5 embedding_dim: 4 } }
     feature_configs { id_feature { feature_name: "b" num_buckets: 6 embedding_dim: 4 } }
+    data_config { dataset_type: CsvDataset label_fields: "label" }
     model_config {
       feature_groups { group_name: "dense" feature_names: ["d0", "d1"] }
       feature_groups { group_name: "sparse" feature_names: ["a", "b"] }
       dlrm { dense_mlp { hidden_units: [8, 4] } final { hidden_units: [6] } }
       losses { binary_cross_entropy {} }
     })", "dlrm");
-  auto features = CreateFeatures(config.feature_configs(), config.data_config());
-  std::vector<const Feature*> ptrs;
-  for (auto& f : features) ptrs.push_back(f.get());
-  auto model = CreateModel(config.model_config(), ptrs, {"label"}, {});
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(config, &text);
+  auto pipeline = testing::BuildTestPipeline(text);
+  Model* model = pipeline->model.get();
   // final input = 3 pairwise products + 4 dense + 8 sparse = 15
   auto params = model->named_parameters();
   EXPECT_EQ(params["final_mlp.mlp.0.perceptron.0.weight"].size(1), 15);
-  protos::SparseOptimizer sgd_config;
-  sgd_config.mutable_sgd_optimizer()->set_lr(0.1f);
-  SparseOptimizer sgd(ParseSparseOptimizer(sgd_config));
-  model->embedding_group().Materialize(&sgd);
   ParsedBatch parsed;
   parsed.size = 2;
   parsed.sparse["a"] = {{1, 2}, {1, 1}};
@@ -219,11 +186,16 @@ TEST(DLRM, ForwardShapesAndConfigChecks) {
   Batch batch = ToBatch(std::move(parsed));
   auto predictions = model->Predict(batch);
   EXPECT_EQ(predictions.at("logits").sizes(), (at::IntArrayRef{2}));
-  auto losses = model->ComputeLoss(predictions, batch);
-  losses.at("binary_cross_entropy").backward();  // gradients reach the tables without error
-  auto bad = config.model_config();
-  bad.mutable_dlrm()->mutable_dense_mlp()->set_hidden_units(1, 5);
-  EXPECT_TZREC_ERROR(CreateModel(bad, ptrs, {"label"}, {}), "must equal the sparse feature dim");
+  model->train();
+  predictions = model->Predict(batch);
+  auto losses = model->ComputeLosses(predictions, batch);
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_EQ(losses[0].first, "binary_cross_entropy");
+  losses[0].second.backward();  // gradients reach the tables without error
+  auto bad = config;
+  bad.mutable_model_config()->mutable_dlrm()->mutable_dense_mlp()->set_hidden_units(1, 5);
+  google::protobuf::TextFormat::PrintToString(bad, &text);
+  EXPECT_TZREC_ERROR(testing::BuildTestPipeline(text), "must equal the sparse feature dim");
 }
 
 TEST(EmbeddingGroup, SharingShapesAndErrors) {
@@ -232,6 +204,7 @@ TEST(EmbeddingGroup, SharingShapesAndErrors) {
     feature_configs { id_feature { feature_name: "b" num_buckets: 5 embedding_dim: 3 embedding_name: "s" } }
     feature_configs { id_feature { feature_name: "c" num_buckets: 6 embedding_dim: 3 embedding_name: "s" } }
     feature_configs { raw_feature { feature_name: "d" value_dim: 2 } }
+    feature_configs { id_feature { feature_name: "unused" num_buckets: 7 embedding_dim: 3 } }
     model_config {
       feature_groups { group_name: "g1" feature_names: ["a", "b", "d"] }
       feature_groups { group_name: "g2" feature_names: ["a"] group_type: WIDE }
@@ -239,27 +212,51 @@ TEST(EmbeddingGroup, SharingShapesAndErrors) {
   auto features = CreateFeatures(config.feature_configs(), config.data_config());
   std::vector<const Feature*> ptrs;
   for (auto& f : features) ptrs.push_back(f.get());
-  EmbeddingGroup group(ptrs, config.model_config().feature_groups(), 4);
+  auto make = [&](const protos::ModelConfig& model, EmbeddingCollection* collection) {
+    EmbeddingGroup::Options options;
+    EmbeddingGroup group(collection, ptrs, model.feature_groups(), options);
+    return group;
+  };
+  EmbeddingCollection collection;
+  EmbeddingGroup group = make(config.model_config(), &collection);
+  // "s" shared by a and b, "s_wide"; the unused feature gets no table.
+  ASSERT_EQ(collection.table_specs().size(), 2u);
+  EXPECT_EQ(collection.table_specs()[0].name, "s");
+  EXPECT_EQ(collection.table_specs()[0].features, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(collection.table_specs()[1].name, "s_wide");
   protos::SparseOptimizer sgd_config;
-  sgd_config.mutable_sgd_optimizer()->set_lr(0.1f);
-  SparseOptimizer sgd(ParseSparseOptimizer(sgd_config));
-  group.Materialize(&sgd);
-  EXPECT_EQ(group.tables().size(), 2u);  // "s" shared by a and b, "s_wide"
-  EXPECT_NE(group.tables()[0]->storage(), group.tables()[1]->storage());  // dims 3 and 4
+  sgd_config.mutable_adagrad_optimizer()->set_lr(0.1f);
+  SparseOptimizer adagrad(ParseSparseOptimizer(sgd_config));
+  const SparseOptimizerSpec spec = adagrad.spec();
+  EXPECT_EQ(EmbeddingCollection::TableBytes(collection.table_specs()[0], &spec), 5 * ((3 + 3) * 4 + 4));
+  EXPECT_EQ(EmbeddingCollection::TableBytes(collection.table_specs()[0], nullptr), 5 * (3 * 4 + 4));
+  EmbeddingCollection::MaterializeOptions options;
+  options.optimizer = &adagrad;
+  collection.Materialize(std::move(options));
+  ASSERT_EQ(collection.tables().size(), 2u);
+  EXPECT_NE(collection.tables()[0]->storage(), collection.tables()[1]->storage());  // dims 3 and 4
+  EXPECT_EQ(collection.tables()[0]->optimizer_state().size(), 1u);
   EXPECT_EQ(group.GroupDims("g1"), (std::vector<int>{3, 3, 2}));
   EXPECT_EQ(group.GroupTotalDim("g2"), 4);
+  // Inference tables carry no optimizer state and cannot train.
+  EmbeddingCollection inference;
+  make(config.model_config(), &inference);
+  inference.Materialize({});
+  EXPECT_TRUE(inference.tables()[0]->optimizer_state().empty());
+  EXPECT_EQ(inference.tables()[0]->storage()->row_width(), 3);
   auto bad = config.model_config();
   bad.mutable_feature_groups(0)->add_feature_names("c");
-  EXPECT_TZREC_ERROR(EmbeddingGroup(ptrs, bad.feature_groups(), 4), "embedding 's' is shared");
+  EmbeddingCollection scratch;
+  EXPECT_TZREC_ERROR(make(bad, &scratch), "embedding 's' is shared");
   bad = config.model_config();
   bad.mutable_feature_groups(1)->add_feature_names("d");
-  EXPECT_TZREC_ERROR(EmbeddingGroup(ptrs, bad.feature_groups(), 4), "WIDE groups take sparse");
+  EXPECT_TZREC_ERROR(make(bad, &scratch), "WIDE groups take sparse");
   bad = config.model_config();
   bad.mutable_feature_groups(0)->add_feature_names("zzz");
-  EXPECT_TZREC_ERROR(EmbeddingGroup(ptrs, bad.feature_groups(), 4), "unknown feature 'zzz'");
+  EXPECT_TZREC_ERROR(make(bad, &scratch), "unknown feature 'zzz'");
   bad = config.model_config();
   bad.mutable_feature_groups(0)->set_group_type(protos::SEQUENCE);
-  EXPECT_TZREC_ERROR(EmbeddingGroup(ptrs, bad.feature_groups(), 4),
+  EXPECT_TZREC_ERROR(make(bad, &scratch),
                      "model_config.feature_groups[0].group_type: SEQUENCE not supported yet");
 }
 

@@ -15,12 +15,12 @@
 namespace tzrec {
 
 struct SparseValues {
-  bool sequence = false;  // a sequence feature: `lengths` count steps, `key_lengths` ids per step
   std::vector<int64_t> values;
   std::vector<int32_t> lengths;  // per row: ids, or for sequences: steps
   std::vector<float> weights;    // weighted features: one per value (else empty)
   // Sequence features: ids per step (lengths[i] steps of row i, key_lengths[j] ids of step j).
   std::vector<int32_t> key_lengths;
+  bool sequence = false;  // a sequence feature: `lengths` count steps, `key_lengths` ids per step
   void Append(const SparseValues& other) {
     sequence = sequence || other.sequence;
     values.insert(values.end(), other.values.begin(), other.values.end());
@@ -31,10 +31,10 @@ struct SparseValues {
 };
 
 struct DenseValues {
-  bool sequence = false;  // a sequence feature: `lengths` count steps per row
   int32_t dim = 1;
   std::vector<float> values;  // row-major [rows, dim]; sequences: [steps, dim]
   std::vector<int32_t> lengths;  // sequence features only: steps per row
+  bool sequence = false;         // a sequence feature
   void Append(const DenseValues& other) {
     sequence = sequence || other.sequence;
     values.insert(values.end(), other.values.begin(), other.values.end());
