@@ -11,6 +11,9 @@
 #include <set>
 #include <sstream>
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include "tzrec/common/error.h"
 #include "tzrec/common/flags.h"
 #include "tzrec/common/fs.h"
@@ -57,12 +60,13 @@ struct HiddenFeature {
   double first_order_scale = 0.0;
   double vector_scale = 0.0;
 
-  double Weight(int64_t id) const {
-    return first_order_scale * HashedNormal(key ^ SplitMix64(static_cast<uint64_t>(id)));
+  // `salt` selects one of the hidden models: 0 is the shared one, others task-specific.
+  double Weight(int64_t id, uint64_t salt) const {
+    return first_order_scale * HashedNormal((key ^ salt) ^ SplitMix64(static_cast<uint64_t>(id)));
   }
-  double VectorEntry(int64_t id, int k) const {
+  double VectorEntry(int64_t id, int k, uint64_t salt) const {
     return vector_scale *
-           HashedNormal(key ^ SplitMix64(static_cast<uint64_t>(id) * 131 + 7 + k));
+           HashedNormal((key ^ salt) ^ SplitMix64(static_cast<uint64_t>(id) * 131 + 7 + k));
   }
 };
 
@@ -94,6 +98,283 @@ std::string Quote(const std::string& field, char delimiter) {
   return quoted + "\"";
 }
 
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// Mixing of the shared and the task-specific hidden logits (equal variances, so the mix keeps
+// the variance; task logits correlate at kSharedShare).
+constexpr double kSharedShare = 0.6;
+// Bias of a task's own logit: tasks that no other task gates (clk-like, ~30% positives) and
+// tasks drawn only where the tasks they depend on are positive (buy-like: a few percent
+// overall).
+constexpr double kRootBias = -1.5;
+constexpr double kDependentBias = -4.2;
+// Continuous labels of l2_loss towers: kRegressionScale * sigmoid(logit) + N(0, noise^2).
+constexpr double kRegressionScale = 5.0;
+constexpr double kRegressionNoise = 0.2;
+
+// One label field and how its label is drawn.
+struct Task {
+  std::string label;
+  int label_index = 0;      // position in data_config.label_fields
+  std::string tower;        // empty: no task tower names the label
+  int num_class = 1;        // > 1: a class index drawn from a softmax over num_class logits
+  bool regression = false;  // l2_loss-only tower: a continuous label
+  // Not named by a task tower (or a single-task model): the shared logit with a bias shift
+  // by label position and an independent draw (gen_data's behaviour before task towers).
+  bool independent = true;
+  std::vector<int> parents;  // tasks whose labels must all be positive for this one to be
+  std::vector<int> gates;    // parents and their ancestors (their own draws gate this one)
+  uint64_t salt = 0;         // key of the task-specific hidden model
+  double bias = 0.0;
+};
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// String field `name` of `message` (empty when absent); `*set` tells whether it is set.
+std::string StringField(const Message& message, const char* name, bool* set = nullptr) {
+  const FieldDescriptor* field = message.GetDescriptor()->FindFieldByName(name);
+  if (set) *set = false;
+  if (!field || field->is_repeated() || field->cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+    return "";
+  }
+  const Reflection* reflection = message.GetReflection();
+  std::string value = reflection->GetString(message, field);
+  if (set) *set = reflection->HasField(message, field) || !value.empty();
+  return value;
+}
+
+std::vector<std::string> RepeatedStringField(const Message& message, const char* name) {
+  const FieldDescriptor* field = message.GetDescriptor()->FindFieldByName(name);
+  std::vector<std::string> values;
+  if (!field || !field->is_repeated() || field->cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+    return values;
+  }
+  const Reflection* reflection = message.GetReflection();
+  for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+    values.push_back(reflection->GetRepeatedString(message, field, i));
+  }
+  return values;
+}
+
+int64_t IntegerField(const Message& message, const char* name, int64_t fallback) {
+  const FieldDescriptor* field = message.GetDescriptor()->FindFieldByName(name);
+  if (!field || field->is_repeated()) return fallback;
+  const Reflection* reflection = message.GetReflection();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_UINT32: return reflection->GetUInt32(message, field);
+    case FieldDescriptor::CPPTYPE_INT32: return reflection->GetInt32(message, field);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return static_cast<int64_t>(reflection->GetUInt64(message, field));
+    case FieldDescriptor::CPPTYPE_INT64: return reflection->GetInt64(message, field);
+    default: return fallback;
+  }
+}
+
+// Whether the repeated LossConfig field `name` of `message` holds only l2_loss terms (and at
+// least one).
+bool OnlyL2Losses(const Message& message, const char* name) {
+  const FieldDescriptor* field = message.GetDescriptor()->FindFieldByName(name);
+  if (!field || !field->is_repeated() || field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+    return false;
+  }
+  const Reflection* reflection = message.GetReflection();
+  const int n = reflection->FieldSize(message, field);
+  if (n == 0) return false;
+  for (int i = 0; i < n; ++i) {
+    const Message& loss = reflection->GetRepeatedMessage(message, field, i);
+    const auto* oneof = loss.GetDescriptor()->FindOneofByName("loss");
+    const FieldDescriptor* chosen =
+        oneof ? loss.GetReflection()->GetOneofFieldDescriptor(loss, oneof) : nullptr;
+    if (!chosen || chosen->name() != "l2_loss") return false;
+  }
+  return true;
+}
+
+// The task towers of the model message chosen in model_config's `model` oneof: the elements
+// of its repeated `task_towers` field, whatever the model (found by reflection).
+std::vector<const Message*> TaskTowers(const protos::ModelConfig& model) {
+  std::vector<const Message*> towers;
+  const auto* oneof = model.GetDescriptor()->FindOneofByName("model");
+  const FieldDescriptor* chosen =
+      oneof ? model.GetReflection()->GetOneofFieldDescriptor(model, oneof) : nullptr;
+  if (!chosen || chosen->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) return towers;
+  const Message& body = model.GetReflection()->GetMessage(model, chosen);
+  const FieldDescriptor* field = body.GetDescriptor()->FindFieldByName("task_towers");
+  if (!field || !field->is_repeated() || field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+    return towers;
+  }
+  const Reflection* reflection = body.GetReflection();
+  for (int i = 0; i < reflection->FieldSize(body, field); ++i) {
+    towers.push_back(&reflection->GetRepeatedMessage(body, field, i));
+  }
+  return towers;
+}
+
+// One task per label field, with tower, classes, losses and dependencies from the model's
+// task towers; returned with `*order`, an order in which every task follows its parents.
+std::vector<Task> PlanTasks(const protos::ModelConfig& model,
+                            const std::vector<std::string>& labels, std::vector<int>* order) {
+  std::vector<Task> tasks(labels.size());
+  for (size_t l = 0; l < labels.size(); ++l) {
+    tasks[l].label = labels[l];
+    tasks[l].label_index = static_cast<int>(l);
+    tasks[l].salt = SplitMix64(HashString("task:" + labels[l]));
+  }
+  std::vector<const Message*> towers = TaskTowers(model);
+  if (towers.empty()) {
+    // Single-task model: its num_class and losses describe the first label.
+    tasks[0].num_class = static_cast<int>(std::max<uint32_t>(1, model.num_class()));
+    tasks[0].regression = tasks[0].num_class == 1 && OnlyL2Losses(model, "losses");
+  }
+  std::map<std::string, int> by_tower;  // tower name -> task
+  std::vector<int> tower_tasks;         // per tower: its task, or -1
+  bool any_relations = false;
+  for (size_t i = 0; i < towers.size(); ++i) {
+    const Message& tower = *towers[i];
+    bool set = false;
+    std::string label = StringField(tower, "label_name", &set);
+    // BayesTaskTower and friends: label_name defaults to label_fields in order.
+    if (!set && i < labels.size()) label = labels[i];
+    const std::string name = StringField(tower, "tower_name");
+    auto it = std::find(labels.begin(), labels.end(), label);
+    int t = it == labels.end() ? -1 : static_cast<int>(it - labels.begin());
+    if (t >= 0 && !tasks[t].independent) t = -1;  // two towers on one label: the first wins
+    tower_tasks.push_back(t);
+    if (t < 0) {
+      LOG_WARNING << "gen_data: task tower '" << name << "' label '" << label
+                  << "' is not a free data_config.label_fields entry; no label drawn for it";
+      continue;
+    }
+    Task& task = tasks[t];
+    task.independent = false;
+    task.tower = name;
+    task.num_class = static_cast<int>(std::max<int64_t>(1, IntegerField(tower, "num_class", 1)));
+    task.regression = task.num_class == 1 && OnlyL2Losses(tower, "losses");
+    by_tower[name] = t;
+    if (!RepeatedStringField(tower, "relation_tower_names").empty() ||
+        !RepeatedStringField(tower, "intervention_tower_names").empty()) {
+      any_relations = true;
+    }
+  }
+  for (size_t i = 0; i < towers.size(); ++i) {
+    const int t = tower_tasks[i];
+    if (t < 0) continue;
+    std::vector<int> parents;
+    if (any_relations) {
+      for (const char* field : {"relation_tower_names", "intervention_tower_names"}) {
+        for (const auto& name : RepeatedStringField(*towers[i], field)) {
+          auto it = by_tower.find(name);
+          if (it == by_tower.end()) {
+            Fail("gen_data: task tower '", tasks[t].tower, "' relates to unknown tower '", name,
+                 "'");
+          }
+          parents.push_back(it->second);
+        }
+      }
+    } else if (i > 0 && tower_tasks[0] >= 0) {
+      // Multi-task model without relations: later tasks convert from the first.
+      parents.push_back(tower_tasks[0]);
+    }
+    for (int p : parents) {
+      // A continuous label has no positives to gate on.
+      auto& mine = tasks[t].parents;
+      if (p != t && !tasks[p].regression && std::find(mine.begin(), mine.end(), p) == mine.end()) {
+        mine.push_back(p);
+      }
+    }
+  }
+  // Kahn's order, lowest label position first (label order when parents come first).
+  order->clear();
+  std::vector<bool> done(tasks.size(), false);
+  while (order->size() < tasks.size()) {
+    int next = -1;
+    for (size_t t = 0; t < tasks.size() && next < 0; ++t) {
+      if (done[t]) continue;
+      bool ready = true;
+      for (int p : tasks[t].parents) ready = ready && done[p];
+      if (ready) next = static_cast<int>(t);
+    }
+    if (next < 0) Fail("gen_data: the task towers' relation_tower_names form a cycle");
+    done[next] = true;
+    order->push_back(next);
+    std::set<int> gates;
+    for (int p : tasks[next].parents) {
+      gates.insert(p);
+      gates.insert(tasks[p].gates.begin(), tasks[p].gates.end());
+    }
+    tasks[next].gates.assign(gates.begin(), gates.end());
+  }
+  for (auto& task : tasks) {
+    if (task.regression) {
+      task.bias = 0.0;
+    } else if (task.independent) {
+      task.bias = -1.0 - 0.5 * task.label_index;  // gen_data's bias shift before task towers
+    } else {
+      task.bias = task.gates.empty() ? kRootBias : kDependentBias;
+    }
+  }
+  return tasks;
+}
+
+// Values of every set string field named grouping_key (GroupedAUC, GroupedXAUC) or
+// session_name (JRCLoss, ListwiseRankLoss) anywhere in `message`.
+void CollectGroupingKeys(const Message& message, std::set<std::string>* keys) {
+  const Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (field->is_repeated()) {
+        for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+          CollectGroupingKeys(reflection->GetRepeatedMessage(message, field, i), keys);
+        }
+      } else {
+        CollectGroupingKeys(reflection->GetMessage(message, field), keys);
+      }
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING && !field->is_repeated() &&
+               (field->name() == "grouping_key" || field->name() == "session_name")) {
+      const std::string value = reflection->GetString(message, field);
+      if (!value.empty()) keys->insert(value);
+    }
+  }
+}
+
+// Number of distinct grouping-key values for `rows` rows: about 16 rows per key, at most
+// `buckets` (the feature's id range).
+int64_t GroupPoolSize(int64_t rows, int64_t buckets) {
+  int64_t pool = std::max<int64_t>(2, rows / 16);
+  return buckets > 0 ? std::min(pool, buckets) : pool;
+}
+
+// Id of grouping-key pool entry `j` in [0, buckets): the entries are the first ids when the
+// pool covers the range, scattered ids otherwise.
+int64_t GroupId(uint64_t key, int64_t j, int64_t pool, int64_t buckets) {
+  if (buckets <= 0 || pool >= buckets) return j;
+  return static_cast<int64_t>(SplitMix64(key ^ static_cast<uint64_t>(j)) %
+                              static_cast<uint64_t>(buckets));
+}
+
+// Per-task draws of a split: oracle probabilities (num_class of them per row when
+// num_class > 2; the oracle mean for regression) and labels.
+struct TaskDraws {
+  std::vector<float> probs;
+  std::vector<float> labels;
+};
+
+// A row's hidden-model inputs per hidden feature: (id, pooling scale) pairs of sparse
+// features, (dimension, value, divisor) terms of dense ones.
+struct DenseTerm {
+  int dim = 0;
+  double x = 0.0;
+  double divisor = 1.0;
+};
+struct RowInputs {
+  std::vector<std::vector<std::pair<int64_t, double>>> ids;
+  std::vector<std::vector<DenseTerm>> dense;
+};
+
 class Generator {
  public:
   Generator(const protos::EasyRecConfig& config, const GenDataOptions& options)
@@ -105,6 +386,7 @@ class Generator {
            " not supported yet (gen_data writes CsvDataset and ParquetDataset files)");
     }
     parquet_ = data.dataset_type() == protos::ParquetDataset;
+    data_mode_ = data.fg_mode();
     features_ = CreateFeatures(config.feature_configs(), data);
     if (data.fg_mode() == protos::FG_BUCKETIZE) {
       Fail("gen_data: data_config.fg_mode FG_BUCKETIZE not supported yet (gen_data writes "
@@ -160,13 +442,24 @@ class Generator {
       }
       hidden_.push_back(h);
     }
+
+    tasks_ = PlanTasks(config.model_config(), labels_, &order_);
+    has_towers_ = !TaskTowers(config.model_config()).empty();
+    std::set<std::string> keys;
+    CollectGroupingKeys(config.model_config(), &keys);
+    for (const auto& key : keys) PlanGroupingKey(key);
   }
 
-  // Writes `rows` rows split over `files` files; returns probabilities and labels of the
-  // first label field.
+  const std::vector<Task>& tasks() const { return tasks_; }
+  bool has_towers() const { return has_towers_; }
+
+  // Writes `rows` rows split over `files` files; appends each task's oracle probabilities
+  // and labels to `draws` (one entry per label field).
   void Write(const std::string& dir, int64_t rows, int files, uint64_t stream_seed,
-             std::vector<float>* probs, std::vector<float>* first_labels) {
+             std::vector<TaskDraws>* draws) {
     MakeDirs(dir);
+    draws->resize(tasks_.size());
+    pool_rows_ = rows;
     std::mt19937_64 rng(SplitMix64(options_.seed ^ stream_seed));
     int64_t per_file = (rows + files - 1) / files;
     int64_t written = 0;
@@ -176,20 +469,20 @@ class Generator {
       char name[32];
       if (generator_) {
         std::snprintf(name, sizeof(name), parquet_ ? "part-%05d.parquet" : "part-%05d.csv", file);
-        WriteRaw(JoinPath(dir, name), n, rng, probs, first_labels);
+        WriteRaw(JoinPath(dir, name), n, rng, draws);
         written += n;
         continue;
       }
       if (parquet_) {
         std::snprintf(name, sizeof(name), "part-%05d.parquet", file);
-        WriteParquet(JoinPath(dir, name), n, rng, probs, first_labels);
+        WriteParquet(JoinPath(dir, name), n, rng, draws);
         written += n;
         continue;
       }
       std::snprintf(name, sizeof(name), "part-%05d.csv", file);
       std::string content;
       if (write_header_) content += Join(columns_, std::string(1, delimiter_)) + "\n";
-      for (int64_t r = 0; r < n; ++r) content += Row(rng, probs, first_labels);
+      for (int64_t r = 0; r < n; ++r) content += Row(rng, draws);
       WriteFileAtomic(JoinPath(dir, name), content);
       written += n;
     }
@@ -199,10 +492,11 @@ class Generator {
 
  private:
   // Typed Parquet columns: sparse features INT64, or LIST<INT64> when a row may hold several
-  // ids; dense features DOUBLE (LIST<DOUBLE> when value_dim > 1); labels INT64; sample
-  // weights DOUBLE. Values are the same draws as the CSV text, so the planted signal holds.
+  // ids; dense features DOUBLE (LIST<DOUBLE> when value_dim > 1); labels INT64 (DOUBLE for
+  // l2_loss towers); sample weights DOUBLE; grouping-key columns no feature reads INT64.
+  // Values are the same draws as the CSV text, so the planted signal holds.
   void WriteParquet(const std::string& path, int64_t rows, std::mt19937_64& rng,
-                    std::vector<float>* probs, std::vector<float>* first_labels) {
+                    std::vector<TaskDraws>* draws) {
     std::vector<ParquetFieldSpec> specs;
     std::vector<ParquetColumn> columns;
     std::vector<int> kinds;  // 0 int64, 1 list<int64>, 2 double, 3 list<double>
@@ -216,6 +510,8 @@ class Generator {
         kind = feature->is_sparse() ? (options_.multi_value_fraction > 0 ? 1 : 0)
                                     : (feature->value_dim() > 1 ? 3 : 2);
       } else if (std::find(labels_.begin(), labels_.end(), name) != labels_.end()) {
+        kind = IsRegressionLabel(name) ? 2 : 0;
+      } else if (group_columns_.count(name)) {
         kind = 0;
       }
       const ParquetType type = kind <= 1 ? ParquetType::kInt64 : ParquetType::kDouble;
@@ -245,7 +541,7 @@ class Generator {
       }
     };
     for (int64_t r = 0; r < rows; ++r) {
-      std::map<std::string, std::string> cells = Cells(rng, probs, first_labels);
+      std::map<std::string, std::string> cells = Cells(rng, draws);
       for (size_t c = 0; c < columns.size(); ++c) {
         ParquetColumn& column = columns[c];
         const std::string& text = cells[column.name];
@@ -285,9 +581,8 @@ class Generator {
     writer.Close();
   }
 
-  std::string Row(std::mt19937_64& rng, std::vector<float>* probs,
-                  std::vector<float>* first_labels) {
-    std::map<std::string, std::string> cells = Cells(rng, probs, first_labels);
+  std::string Row(std::mt19937_64& rng, std::vector<TaskDraws>* draws) {
+    std::map<std::string, std::string> cells = Cells(rng, draws);
     std::string line;
     for (size_t c = 0; c < columns_.size(); ++c) {
       if (c) line += delimiter_;
@@ -298,35 +593,36 @@ class Generator {
   }
 
   // One row's values as text by column name (features, labels, weights).
-  std::map<std::string, std::string> Cells(std::mt19937_64& rng, std::vector<float>* probs,
-                                           std::vector<float>* first_labels) {
+  std::map<std::string, std::string> Cells(std::mt19937_64& rng, std::vector<TaskDraws>* draws) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::map<std::string, std::string> cells;
-    double logit = 0.0;
-    std::vector<std::array<double, kHiddenDim>> vectors;
-    for (const auto& h : hidden_) {
+    RowInputs inputs;
+    inputs.ids.resize(hidden_.size());
+    inputs.dense.resize(hidden_.size());
+    for (size_t i = 0; i < hidden_.size(); ++i) {
+      const HiddenFeature& h = hidden_[i];
       const Feature& f = *h.feature;
       if (f.is_sparse()) {
         std::vector<int64_t> ids;
-        if (uniform(rng) >= options_.null_fraction) {
+        if (group_features_.count(f.name())) {
+          // A grouping key: one id per row from a small pool, so groups have several rows.
+          const int64_t pool = GroupPoolSize(pool_rows_, f.num_embeddings());
+          const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(pool));
+          ids.push_back(GroupId(h.key, j, pool, f.num_embeddings()));
+        } else if (uniform(rng) >= options_.null_fraction) {
           ids.push_back(SampleZipf(rng, f.num_embeddings(), options_.zipf_exponent));
           if (uniform(rng) < options_.multi_value_fraction) {
             ids.push_back(SampleZipf(rng, f.num_embeddings(), options_.zipf_exponent));
           }
         }
-        std::array<double, kHiddenDim> pooled{};
         std::string text;
-        for (size_t i = 0; i < ids.size(); ++i) {
-          if (i) text += multival_sep_;
-          text += std::to_string(ids[i]);
-          logit += h.Weight(ids[i]) / (f.pooling() == "mean" ? ids.size() : 1);
-          for (int k = 0; k < kHiddenDim; ++k) pooled[k] += h.VectorEntry(ids[i], k);
+        const double scale = f.pooling() == "mean" ? 1.0 / static_cast<double>(ids.size()) : 1.0;
+        for (size_t k = 0; k < ids.size(); ++k) {
+          if (k) text += multival_sep_;
+          text += std::to_string(ids[k]);
+          inputs.ids[i].push_back({ids[k], scale});
         }
-        if (f.pooling() == "mean" && !ids.empty()) {
-          for (auto& v : pooled) v /= static_cast<double>(ids.size());
-        }
-        vectors.push_back(pooled);
         cells[f.name()] = text;
       } else {
         std::string text;
@@ -334,11 +630,52 @@ class Generator {
           double x = normal(rng);
           if (d) text += multival_sep_;
           text += FormatFloat(x);
-          // Linear plus a mild non-linearity the deep part can pick up.
-          double w = HashedNormal(h.key + 17 * d);
-          logit += h.first_order_scale * (w * x + 0.5 * w * (x * x - 1.0));
+          inputs.dense[i].push_back({d, x, 1.0});
         }
         cells[f.name()] = text;
+      }
+    }
+    for (const auto& column : group_columns_) {
+      cells[column] = std::to_string(rng() % static_cast<uint64_t>(GroupPoolSize(pool_rows_, 0)));
+    }
+    DrawLabels(inputs, rng, &cells, draws);
+    for (const auto& w : weights_) cells[w] = FormatFloat(0.5 + uniform(rng));
+    return cells;
+  }
+
+  bool IsRegressionLabel(const std::string& name) const {
+    for (const auto& task : tasks_) {
+      if (task.label == name) return task.regression;
+    }
+    return false;
+  }
+
+  // The hidden factorisation machine with key salt `salt` (0: the shared model) on a row's
+  // inputs: first-order weights, dense terms, pairwise dot products of pooled vectors.
+  double HiddenLogit(const RowInputs& inputs, uint64_t salt) const {
+    double logit = 0.0;
+    std::vector<std::array<double, kHiddenDim>> vectors;
+    for (size_t i = 0; i < hidden_.size(); ++i) {
+      const HiddenFeature& h = hidden_[i];
+      if (h.feature->is_sparse()) {
+        std::array<double, kHiddenDim> pooled{};
+        for (const auto& [id, scale] : inputs.ids[i]) {
+          logit += h.Weight(id, salt) * scale;
+          for (int k = 0; k < kHiddenDim; ++k) pooled[k] += h.VectorEntry(id, k, salt) * scale;
+        }
+        vectors.push_back(pooled);
+        continue;
+      }
+      for (const DenseTerm& term : inputs.dense[i]) {
+        const double w = HashedNormal((h.key ^ salt) + 17 * term.dim);
+        const double x = term.x;
+        if (generator_) {
+          // FG output (possibly bucketized or unbounded): a squashed linear term.
+          logit += h.first_order_scale * w * std::tanh(x) / term.divisor;
+        } else {
+          // Linear plus a mild non-linearity the deep part can pick up.
+          logit += h.first_order_scale * (w * x + 0.5 * w * (x * x - 1.0));
+        }
       }
     }
     for (size_t a = 0; a < vectors.size(); ++a) {
@@ -348,18 +685,170 @@ class Generator {
         logit += dot;
       }
     }
-    for (size_t l = 0; l < labels_.size(); ++l) {
-      // Each extra label shifts the bias so multi-task labels differ in base rate.
-      double p = 1.0 / (1.0 + std::exp(-(logit - 1.0 - 0.5 * l)));
-      int label = uniform(rng) < p ? 1 : 0;
-      cells[labels_[l]] = std::to_string(label);
-      if (l == 0) {
-        probs->push_back(static_cast<float>(p));
-        first_labels->push_back(static_cast<float>(label));
+    return logit;
+  }
+
+  // Draws every label of one row into `cells` and its oracle into `draws`. Class c >= 1 of a
+  // tower task has logit sqrt(kSharedShare) * shared + sqrt(1 - kSharedShare) * specific_c +
+  // bias (class 0: 0); an independent label's class 1 has the shared logit + bias. A task with
+  // parents is drawn only where all its parents are positive (label != 0), so its oracle
+  // probability is the product of the gates' own probabilities and its own.
+  void DrawLabels(const RowInputs& inputs, std::mt19937_64& rng,
+                  std::map<std::string, std::string>* cells, std::vector<TaskDraws>* draws) const {
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    const double shared = HiddenLogit(inputs, 0);
+    const double mix_shared = std::sqrt(kSharedShare), mix_own = std::sqrt(1.0 - kSharedShare);
+    std::vector<double> own(tasks_.size(), 1.0);  // P(label != 0 | x, parents positive)
+    std::vector<int> drawn(tasks_.size(), 0);
+    for (int t : order_) {
+      const Task& task = tasks_[t];
+      TaskDraws& out = (*draws)[t];
+      auto class_logit = [&](int c) {
+        if (task.independent && c == 1) return shared + task.bias;
+        const uint64_t salt = c == 1 ? task.salt : SplitMix64(task.salt + static_cast<uint64_t>(c));
+        return mix_shared * shared + mix_own * HiddenLogit(inputs, salt) + task.bias;
+      };
+      double gate = 1.0;
+      for (int g : task.gates) gate *= own[g];
+      bool open = true;
+      for (int p : task.parents) open = open && drawn[p] != 0;
+      std::string text;
+      if (task.regression) {
+        const double mean = kRegressionScale * Sigmoid(class_logit(1));
+        const double noise = std::normal_distribution<double>(0.0, kRegressionNoise)(rng);
+        const double y = open ? mean + noise : 0.0;
+        text = FormatFloat(y);
+        out.probs.push_back(static_cast<float>(gate * mean));
+        out.labels.push_back(static_cast<float>(y));
+      } else if (task.num_class <= 2) {
+        const double q = Sigmoid(class_logit(1));
+        const int label = uniform(rng) < q && open ? 1 : 0;
+        own[t] = q;
+        drawn[t] = label;
+        text = std::to_string(label);
+        out.probs.push_back(static_cast<float>(gate * q));
+        out.labels.push_back(static_cast<float>(label));
+      } else {
+        std::vector<double> p(task.num_class, 0.0);
+        double top = 0.0;
+        for (int c = 1; c < task.num_class; ++c) {
+          p[c] = class_logit(c);
+          top = std::max(top, p[c]);
+        }
+        double total = 0.0;
+        for (int c = 0; c < task.num_class; ++c) total += (p[c] = std::exp(p[c] - top));
+        for (auto& v : p) v /= total;
+        const double u = uniform(rng);
+        int cls = task.num_class - 1;
+        double cumulative = 0.0;
+        for (int c = 0; c < task.num_class; ++c) {
+          cumulative += p[c];
+          if (u < cumulative) {
+            cls = c;
+            break;
+          }
+        }
+        const int label = open ? cls : 0;
+        own[t] = 1.0 - p[0];
+        drawn[t] = label;
+        text = std::to_string(label);
+        for (int c = 0; c < task.num_class; ++c) {
+          out.probs.push_back(static_cast<float>(c == 0 ? 1.0 - gate * (1.0 - p[0]) : gate * p[c]));
+        }
+        out.labels.push_back(static_cast<float>(label));
+      }
+      (*cells)[task.label] = text;
+    }
+  }
+
+  // ------------------------------------------------------------------------ grouping keys
+
+  // Makes the feature (or column) `key` of a grouped metric or session loss take its values
+  // from a small pool: FG_NONE the encoded id, FG modes the raw column(s) the feature reads.
+  void PlanGroupingKey(const std::string& key) {
+    const bool is_label = std::find(labels_.begin(), labels_.end(), key) != labels_.end();
+    const bool is_weight = std::find(weights_.begin(), weights_.end(), key) != weights_.end();
+    if (is_label || is_weight) return;
+    if (!generator_) {
+      for (const auto& f : features_) {
+        if (f->name() != key) continue;
+        if (f->is_sparse() && !f->is_sequence()) {
+          group_features_.insert(key);
+        } else {
+          LOG_WARNING << "gen_data: grouping key '" << key << "' is not a plain sparse feature; "
+                      << "its values are not pooled";
+        }
+        return;
+      }
+    } else {
+      const fg::FeatureInfo* info = nullptr;
+      for (const auto& candidate : infos_) {
+        if (candidate.name == key && !candidate.is_sequence) info = &candidate;
+      }
+      if (!info) {
+        // A raw column of that name: pooled as its first reader's values.
+        for (const RawInput& raw : raw_inputs_) {
+          if (raw.column == key && !raw.sequence) info = raw.info;
+        }
+      }
+      if (info) {
+        if (info->type != "id_feature") {
+          LOG_WARNING << "gen_data: grouping key '" << key << "' is a " << info->type
+                      << ", not an id_feature; its values are not pooled";
+          return;
+        }
+        int columns = 0;
+        for (const auto& input : info->inputs) {
+          if (input.is_all || input.is_sequence || input.side == fg::Side::kConst) continue;
+          if (input.side == fg::Side::kFeature && data_mode_ == protos::FG_DAG) continue;
+          group_raw_[input.column] = info;
+          ++columns;
+        }
+        if (columns == 0) {
+          LOG_WARNING << "gen_data: grouping key '" << key << "' reads no raw column; its "
+                      << "values are not pooled";
+        }
+        return;
       }
     }
-    for (const auto& w : weights_) cells[w] = FormatFloat(0.5 + uniform(rng));
-    return cells;
+    if (std::find(columns_.begin(), columns_.end(), key) != columns_.end()) {
+      group_columns_.insert(key);  // a declared column no feature reads: integer keys
+      return;
+    }
+    LOG_WARNING << "gen_data: grouping key '" << key << "' names no feature or column";
+  }
+
+  // A raw value of grouping-key feature `info`: pool entry j (uniform) as a token its
+  // bucketizer maps to one id.
+  std::string GroupToken(const fg::FeatureInfo& info, std::mt19937_64& rng) const {
+    const fg::Bucketizer& b = *info.bucketizer;
+    const uint64_t key = HashString(info.name) ^ SplitMix64(options_.seed);
+    auto pick = [&](int64_t buckets) {
+      const int64_t pool = GroupPoolSize(pool_rows_, buckets);
+      const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(pool));
+      return std::pair<int64_t, int64_t>(j, pool);
+    };
+    std::string token;
+    if (b.kind() == fg::Bucketizer::Kind::kNumBuckets) {
+      auto [j, pool] = pick(b.num_embeddings());
+      token = std::to_string(GroupId(key, j, pool, b.num_embeddings()));
+    } else if (b.kind() == fg::Bucketizer::Kind::kVocab && !b.effective_vocab_list().empty()) {
+      std::vector<std::string> list;
+      for (const auto& entry : b.effective_vocab_list()) {
+        if (!entry.empty() && entry != "<OOV>") list.push_back(entry);
+      }
+      if (list.empty()) return "";
+      token = list[pick(static_cast<int64_t>(list.size())).first];
+    } else if (b.kind() == fg::Bucketizer::Kind::kVocab && !b.effective_vocab_dict().empty()) {
+      const auto& dict = b.effective_vocab_dict();
+      token = dict[pick(static_cast<int64_t>(dict.size())).first].first;
+    } else {
+      // Hashed (or unbucketized) strings: a pool of distinct strings.
+      auto [j, pool] = pick(info.num_embeddings);
+      token = "g" + std::to_string(SplitMix64(key ^ static_cast<uint64_t>(j)) % 1000000007ULL);
+    }
+    if (info.weighted) token += ":1";
+    return token;
   }
 
   // ---------------------------------------------------------------- raw inputs (FG modes)
@@ -534,6 +1023,11 @@ class Generator {
     std::map<std::string, int> steps;  // by sequence name
     for (const RawInput& raw : raw_inputs_) {
       if (!raw.sequence) {
+        auto group = group_raw_.find(raw.column);
+        if (group != group_raw_.end()) {
+          cells[raw.column] = GroupToken(*group->second, rng);
+          continue;
+        }
         cells[raw.column] = uniform(rng) < options_.null_fraction ? std::string() : RawValue(raw, rng);
         continue;
       }
@@ -547,50 +1041,42 @@ class Generator {
       for (int s = 0; s < it->second; ++s) text += (s ? info.sequence_delim : std::string()) + RawValue(raw, rng);
       cells[raw.column] = text;
     }
+    for (const auto& column : group_columns_) {
+      cells[column] = std::to_string(rng() % static_cast<uint64_t>(GroupPoolSize(pool_rows_, 0)));
+    }
     return cells;
   }
 
-  // Hidden-model logit of row `row` of FG output `parsed` (same model as for FG_NONE data,
-  // over the encoded ids and values, so the signal survives feature generation).
-  double LogitOf(const ParsedBatch& parsed, const std::map<std::string, size_t>& offsets,
-                 int64_t row) {
-    double logit = 0.0;
-    std::vector<std::array<double, kHiddenDim>> vectors;
-    for (const auto& h : hidden_) {
-      const Feature& f = *h.feature;
+  // Hidden-model inputs of row `row` of FG output `parsed` (the same model as for FG_NONE
+  // data, over the encoded ids and values, so the signal survives feature generation).
+  RowInputs InputsOf(const ParsedBatch& parsed, const std::map<std::string, size_t>& offsets,
+                     int64_t row) const {
+    RowInputs inputs;
+    inputs.ids.resize(hidden_.size());
+    inputs.dense.resize(hidden_.size());
+    for (size_t h = 0; h < hidden_.size(); ++h) {
+      const Feature& f = *hidden_[h].feature;
+      size_t begin = offsets.at(f.name() + "#" + std::to_string(row));
+      size_t end = offsets.at(f.name() + "#" + std::to_string(row + 1));
       if (f.is_sparse()) {
         const SparseValues& sv = parsed.sparse.at(f.name());
-        size_t begin = offsets.at(f.name() + "#" + std::to_string(row));
-        size_t end = offsets.at(f.name() + "#" + std::to_string(row + 1));
-        std::array<double, kHiddenDim> pooled{};
         const double n = static_cast<double>(end - begin);
         for (size_t i = begin; i < end; ++i) {
           // Weighted features pool w * vector, as the model does.
           const double weight = sv.weights.empty() ? 1.0 : sv.weights[i];
           const double scale = (f.pooling() == "mean" || f.is_sequence() ? 1.0 / n : 1.0) * weight;
-          logit += h.Weight(sv.values[i]) * scale;
-          for (int k = 0; k < kHiddenDim; ++k) pooled[k] += h.VectorEntry(sv.values[i], k) * scale;
+          inputs.ids[h].push_back({sv.values[i], scale});
         }
-        vectors.push_back(pooled);
       } else {
         const DenseValues& dv = parsed.dense.at(f.name());
-        size_t begin = offsets.at(f.name() + "#" + std::to_string(row));
-        size_t end = offsets.at(f.name() + "#" + std::to_string(row + 1));
+        const double divisor = std::max<double>(1.0, (end - begin) / dv.dim);
         for (size_t i = begin; i < end; ++i) {
-          double x = dv.values[i];
-          double w = HashedNormal(h.key + 17 * ((i - begin) % dv.dim));
-          logit += h.first_order_scale * w * std::tanh(x) / std::max<double>(1.0, (end - begin) / dv.dim);
+          const int dim = static_cast<int>((i - begin) % dv.dim);
+          inputs.dense[h].push_back({dim, dv.values[i], divisor});
         }
       }
     }
-    for (size_t a = 0; a < vectors.size(); ++a) {
-      for (size_t b = a + 1; b < vectors.size(); ++b) {
-        double dot = 0.0;
-        for (int k = 0; k < kHiddenDim; ++k) dot += vectors[a][k] * vectors[b][k];
-        logit += dot;
-      }
-    }
-    return logit;
+    return inputs;
   }
 
   // Value offsets of every row of every feature in `parsed` ("name#row" -> first value).
@@ -624,7 +1110,7 @@ class Generator {
   // Raw rows for FG_NORMAL / FG_DAG configs: inputs drawn per feature type, run through the
   // same feature generation training uses, labels from the hidden model over its output.
   void WriteRaw(const std::string& path, int64_t rows, std::mt19937_64& rng,
-                std::vector<float>* probs, std::vector<float>* first_labels) {
+                std::vector<TaskDraws>* draws) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::string content;
     if (!parquet_ && write_header_) content += Join(columns_, std::string(1, delimiter_)) + "\n";
@@ -635,7 +1121,9 @@ class Generator {
       for (const auto& name : columns_) {
         bool is_label = std::find(labels_.begin(), labels_.end(), name) != labels_.end();
         bool is_weight = std::find(weights_.begin(), weights_.end(), name) != weights_.end();
-        ParquetType type = is_label ? ParquetType::kInt64 : is_weight ? ParquetType::kDouble : ParquetType::kString;
+        ParquetType type = ParquetType::kString;
+        if (is_label) type = IsRegressionLabel(name) ? ParquetType::kDouble : ParquetType::kInt64;
+        if (is_weight) type = ParquetType::kDouble;
         specs.push_back(ParquetFieldSpec::Plain(name, type));
         ParquetColumn column;
         column.name = column.values.name = name;
@@ -669,16 +1157,7 @@ class Generator {
       generator_->Generate(batch, &parsed);
       auto offsets = RowOffsets(parsed, n);
       for (int64_t r = 0; r < n; ++r) {
-        double logit = LogitOf(parsed, offsets, r);
-        for (size_t l = 0; l < labels_.size(); ++l) {
-          double p = 1.0 / (1.0 + std::exp(-(logit - 1.0 - 0.5 * l)));
-          int label = uniform(rng) < p ? 1 : 0;
-          cells[r][labels_[l]] = std::to_string(label);
-          if (l == 0) {
-            probs->push_back(static_cast<float>(p));
-            first_labels->push_back(static_cast<float>(label));
-          }
-        }
+        DrawLabels(InputsOf(parsed, offsets, r), rng, &cells[r], draws);
         for (const auto& w : weights_) cells[r][w] = FormatFloat(0.5 + uniform(rng));
         if (!parquet_) {
           for (size_t c = 0; c < columns_.size(); ++c) {
@@ -729,6 +1208,15 @@ class Generator {
 
   const protos::EasyRecConfig& config_;
   GenDataOptions options_;
+  protos::FgMode data_mode_ = protos::FG_NONE;
+  std::vector<Task> tasks_;  // one per label field, in label order
+  std::vector<int> order_;   // tasks in drawing order (parents first)
+  bool has_towers_ = false;
+  // Grouping keys: FG_NONE features, raw columns (with the feature whose values they take),
+  // and declared columns no feature reads; values come from a pool sized by pool_rows_.
+  std::set<std::string> group_features_, group_columns_;
+  std::map<std::string, const fg::FeatureInfo*> group_raw_;
+  int64_t pool_rows_ = 0;
   std::vector<std::unique_ptr<Feature>> features_;
   std::vector<HiddenFeature> hidden_;
   std::vector<std::string> columns_, labels_, weights_;
@@ -740,29 +1228,137 @@ class Generator {
 
 }  // namespace
 
+namespace {
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Oracle AUC of a task's eval draws: exact AUC of P(label != 0) for binary labels, the
+// mean one-vs-rest AUC over classes with both outcomes present for num_class > 2.
+double OracleAuc(const TaskDraws& eval, int num_class) {
+  if (num_class <= 2) return ExactAuc(eval.probs, eval.labels);
+  double sum = 0.0;
+  int classes = 0;
+  const size_t rows = eval.labels.size();
+  for (int c = 0; c < num_class; ++c) {
+    std::vector<float> probs(rows), labels(rows);
+    int64_t positives = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      probs[r] = eval.probs[r * num_class + c];
+      labels[r] = static_cast<int>(eval.labels[r]) == c ? 1.0f : 0.0f;
+      positives += labels[r] > 0.5f;
+    }
+    if (positives == 0 || positives == static_cast<int64_t>(rows)) continue;
+    sum += ExactAuc(probs, labels);
+    ++classes;
+  }
+  return classes ? sum / classes : 0.0;
+}
+
+}  // namespace
+
 GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
                                const GenDataOptions& options) {
   if (options.output_dir.empty()) Fail("gen_data: --output_dir is required");
   if (options.train_rows <= 0 || options.eval_rows <= 0) Fail("gen_data: rows must be > 0");
   Generator generator(config, options);
   GenDataResult result;
-  std::vector<float> train_probs, train_labels, eval_probs, eval_labels;
+  std::vector<TaskDraws> train, eval;
   int train_files = std::max(1, options.num_files);
   int eval_files = std::max(1, train_files / 4);
   std::string train_dir = JoinPath(options.output_dir, "train");
   std::string eval_dir = JoinPath(options.output_dir, "eval");
-  generator.Write(train_dir, options.train_rows, train_files, 1, &train_probs, &train_labels);
-  generator.Write(eval_dir, options.eval_rows, eval_files, 2, &eval_probs, &eval_labels);
+  generator.Write(train_dir, options.train_rows, train_files, 1, &train);
+  generator.Write(eval_dir, options.eval_rows, eval_files, 2, &eval);
   result.train_pattern = JoinPath(train_dir, std::string("*.") + generator.extension());
   result.eval_pattern = JoinPath(eval_dir, std::string("*.") + generator.extension());
-  result.oracle_auc = ExactAuc(eval_probs, eval_labels);
-  double positives = 0;
-  for (float l : train_labels) positives += l;
-  result.positive_rate = positives / static_cast<double>(train_labels.size());
+
+  const auto& tasks = generator.tasks();
+  int headline = -1;  // the label behind the top-level oracle_auc / positive_rate
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const Task& task = tasks[t];
+    GenDataLabel label;
+    label.label = task.label;
+    label.tower = task.tower;
+    label.num_class = task.num_class;
+    label.regression = task.regression;
+    for (int p : task.parents) label.depends_on.push_back(tasks[p].label);
+    if (task.regression) {
+      double squared = 0.0, sum = 0.0;
+      for (size_t r = 0; r < eval[t].labels.size(); ++r) {
+        const double d = static_cast<double>(eval[t].probs[r]) - eval[t].labels[r];
+        squared += d * d;
+      }
+      for (float y : train[t].labels) sum += y;
+      label.oracle_mse = squared / static_cast<double>(eval[t].labels.size());
+      label.mean = sum / static_cast<double>(train[t].labels.size());
+    } else {
+      label.oracle_auc = OracleAuc(eval[t], task.num_class);
+      double positives = 0;
+      for (float y : train[t].labels) positives += y != 0.0f;
+      label.positive_rate = positives / static_cast<double>(train[t].labels.size());
+      if (headline < 0) headline = static_cast<int>(t);
+    }
+    result.labels.push_back(label);
+  }
+  if (headline >= 0) {
+    result.oracle_auc = result.labels[headline].oracle_auc;
+    result.positive_rate = result.labels[headline].positive_rate;
+  }
+
+  auto oracle_fields = [](const GenDataLabel& label) {
+    std::ostringstream out;
+    out.precision(17);
+    if (label.regression) {
+      out << "\"oracle_mse\": " << label.oracle_mse;
+    } else {
+      out << "\"oracle_auc\": " << label.oracle_auc;
+    }
+    return out.str();
+  };
   std::ostringstream json;
-  json << "{\"eval_pattern\": \"" << result.eval_pattern << "\", \"oracle_auc\": "
-       << result.oracle_auc << ", \"positive_rate\": " << result.positive_rate
-       << ", \"train_pattern\": \"" << result.train_pattern << "\"}";
+  json.precision(17);
+  json << "{\"eval_pattern\": " << JsonString(result.eval_pattern) << ", \"labels\": {";
+  for (size_t l = 0; l < result.labels.size(); ++l) {
+    const GenDataLabel& label = result.labels[l];
+    json << (l ? ", " : "") << JsonString(label.label) << ": {";
+    if (label.regression) {
+      json << "\"mean\": " << label.mean << ", " << oracle_fields(label);
+    } else {
+      json << oracle_fields(label) << ", \"positive_rate\": " << label.positive_rate;
+    }
+    json << "}";
+  }
+  json << "}";
+  if (generator.has_towers()) {
+    json << ", \"towers\": {";
+    bool first = true;
+    for (const GenDataLabel& label : result.labels) {
+      if (label.tower.empty()) continue;
+      json << (first ? "" : ", ") << JsonString(label.tower) << ": {\"label\": "
+           << JsonString(label.label) << ", " << oracle_fields(label) << "}";
+      first = false;
+    }
+    json << "}";
+  }
+  // The top-level fields last: scripts read them with a greedy `.*"oracle_auc": `.
+  json << ", \"oracle_auc\": " << result.oracle_auc << ", \"positive_rate\": "
+       << result.positive_rate << ", \"train_pattern\": " << JsonString(result.train_pattern)
+       << "}";
   WriteFileAtomic(JoinPath(options.output_dir, "oracle.json"), json.str() + "\n");
   return result;
 }
@@ -770,7 +1366,8 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
 int GenDataMain(const std::vector<std::string>& args) {
   Flags flags("gen_data",
               "Writes mock train/eval data for a pipeline config (CSV, or Parquet for "
-              "ParquetDataset), with labels drawn from a hidden model, and reports the oracle AUC.",
+              "ParquetDataset), with labels drawn from a hidden model (one per task tower), and "
+              "reports the oracle AUC of each label.",
               {{"pipeline_config_path", "pipeline config to generate data for"},
                {"output_dir", "directory for train/, eval/ and oracle.json"},
                {"train_rows", "number of train rows", false, "100000"},
@@ -802,6 +1399,17 @@ int GenDataMain(const std::vector<std::string>& args) {
   LOG_INFO << "gen_data: positive rate " << result.positive_rate << ", oracle AUC "
            << result.oracle_auc;
   std::printf("oracle_auc=%.6f\n", result.oracle_auc);
+  for (const auto& label : result.labels) {
+    if (label.regression) {
+      LOG_INFO << "gen_data: label " << label.label << ": mean " << label.mean << ", oracle MSE "
+               << label.oracle_mse;
+      std::printf("oracle_mse_%s=%.6f\n", label.label.c_str(), label.oracle_mse);
+    } else {
+      LOG_INFO << "gen_data: label " << label.label << ": positive rate " << label.positive_rate
+               << ", oracle AUC " << label.oracle_auc;
+      std::printf("oracle_auc_%s=%.6f\n", label.label.c_str(), label.oracle_auc);
+    }
+  }
   return 0;
 }
 

@@ -2,11 +2,40 @@
 //
 // Every feature column the config reads is generated (sparse ids Zipf-distributed inside
 // the feature's bucket range, some multi-valued and some null; dense values Gaussian), and
-// each label is drawn from a hidden factorisation machine over those features: a first-order
+// labels are drawn from a hidden factorisation machine over those features: a first-order
 // weight per id and dense value, plus pairwise dot products of hidden per-id vectors. Hidden
 // parameters are derived from a hash of (feature, id), so even 40M-bucket features need no
-// storage. The oracle AUC (the hidden model's own probabilities on the eval rows) is
-// reported and saved, so tests can ask a trained model to come close to it.
+// storage.
+//
+// Labels: the task towers of the model (the repeated `task_towers` of whatever model message
+// is set, found by reflection) give each label field its tower, num_class and losses. A
+// tower's logit mixes the shared hidden model with a task-specific one (same kind, keyed by
+// the label): sqrt(0.6) * shared + sqrt(0.4) * specific + bias. Tasks depend on others as
+// DBMTL assumes: on their relation_tower_names, or, in a multi-task model without relations,
+// every task after the first on the first; a dependent task is drawn only where the tasks it
+// depends on are positive (P(buy | x) = P(clk | x) * q_buy(x)), giving it a few percent of
+// positives where the first task has about a third. num_class > 1 towers get class indices
+// from a softmax over num_class logits (2 classes: a binary label); l2_loss-only towers get a
+// continuous label 5 * sigmoid(logit) + N(0, 0.2^2). Label fields no tower names (and
+// single-task models) keep the shared logit with a bias shift by label position and an
+// independent draw.
+//
+// Grouping keys: features named as grouping_key (grouped_auc, grouped_xauc) or session_name
+// (jrc_loss) anywhere in model_config take one value per row from a pool of about rows/16
+// keys (at most the feature's bucket count), so groups have several rows of both classes:
+// the encoded id for FG_NONE data, the raw input column(s) for FG_DAG / FG_NORMAL.
+//
+// The oracle (the hidden model's own probabilities on the eval rows) is reported per label,
+// so tests can ask a trained model to come close to it. <output_dir>/oracle.json (one line):
+//   {"eval_pattern": ..., "labels": {"<label>": {"oracle_auc": a, "positive_rate": r} or
+//    {"oracle_mse": m, "mean": y} for regression}, "towers": {"<tower>": {"label": "<label>",
+//    "oracle_auc": a (or "oracle_mse": m)}} (models with task towers only), "oracle_auc": a,
+//    "positive_rate": r, "train_pattern": ...}
+// The top-level oracle_auc / positive_rate are the first label's (the first classification
+// label's when the first is a regression one); they come after the nested ones so that
+// `sed 's/.*"oracle_auc": ...'` scripts read them. AUCs are exact on the eval rows (for
+// num_class > 2: the mean one-vs-rest AUC); positive rates (label != 0) and means are over
+// the train rows; the MSE is of the oracle mean on the eval rows.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +57,25 @@ struct GenDataOptions {
   double zipf_exponent = 1.1;
 };
 
+// The oracle of one label field.
+struct GenDataLabel {
+  std::string label;
+  std::string tower;           // empty when no task tower names the label
+  int num_class = 1;
+  bool regression = false;
+  std::vector<std::string> depends_on;  // labels that must be positive for this one to be
+  double oracle_auc = 0.0;     // classification: on the eval rows
+  double positive_rate = 0.0;  // classification: share of labels != 0 over train rows
+  double oracle_mse = 0.0;     // regression: of the oracle mean on the eval rows
+  double mean = 0.0;           // regression: mean label over train rows
+};
+
 struct GenDataResult {
   std::string train_pattern;   // glob of the train files
   std::string eval_pattern;
-  double oracle_auc = 0.0;     // on the eval rows
-  double positive_rate = 0.0;  // of the first label, over train rows
+  double oracle_auc = 0.0;     // of the first (classification) label, on the eval rows
+  double positive_rate = 0.0;  // of the same label, over train rows
+  std::vector<GenDataLabel> labels;  // in data_config.label_fields order
 };
 
 GenDataResult GenerateMockData(const protos::EasyRecConfig& config, const GenDataOptions& options);
