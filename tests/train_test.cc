@@ -419,8 +419,13 @@ TEST(Training, ConfigErrorsBeforeTraining) {
   EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "part-00000.csv: not a Parquet file");
   options.edit_config_json = R"({"train_config.use_tensorboard": true})";
   EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "use_tensorboard");
+  options.edit_config_json = R"({"model_config.losses[0]": "{listwise_rank_loss {}}"})";
+  EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "model_config.losses[0].listwise_rank_loss: not supported yet");
+  // A metric that reads what the task's losses do not predict.
   options.edit_config_json = R"({"model_config.losses[0]": "{l2_loss {}}"})";
-  EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "model_config.losses[0].l2_loss: not supported yet");
+  EXPECT_TZREC_ERROR(TrainAndEvaluate(options),
+                     "model_config.metrics[0].auc: reads the prediction 'probs', which this task "
+                     "does not produce (its losses give: y)");
   EXPECT_FALSE(PathExists(dir.File("m/pipeline.config")));
 }
 

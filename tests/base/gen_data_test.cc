@@ -16,7 +16,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
-#include "tzrec/data/dataset.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/tools/gen_data.h"

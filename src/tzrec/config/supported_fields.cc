@@ -183,7 +183,8 @@ class Walker {
                                                              : "(supported: " + known + ")";
           continue;
         }
-        patterns.push_back(member);  // a member message with no fields set is honoured
+        // The member itself is honoured (even with no fields set), its fields only as listed.
+        patterns.push_back(member + ".");
         for (const auto& p : it->second) patterns.push_back(member + "." + p);
       }
     }
