@@ -14,11 +14,11 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/log.h>
 #include <ATen/ops/maximum.h>
-#include <ATen/ops/scatter_reduce.h>
 #include <ATen/ops/select.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <limits>
 #include <tuple>
 
@@ -38,8 +38,17 @@ at::Tensor SessionSoftmaxLoss(const at::Tensor& l, const at::Tensor& competitor_
   const at::Tensor comp_logit = at::index_select(l, 0, idx);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // Largest competitor logit per session: only a shift for stability (detached).
-  at::Tensor max_per_session = at::full({sessions}, neg_inf, l.options()).scatter_reduce(
-      0, comp_session, comp_logit.detach(), "amax", /*include_self=*/true);
+  // (A plain loop: ATen's scatter_reduce is "beta" in 1.13 and warns.)
+  at::Tensor max_per_session = at::full({sessions}, neg_inf, l.options().dtype(at::kDouble));
+  {
+    const at::Tensor ids = comp_session.contiguous();
+    const at::Tensor values = comp_logit.detach().to(at::kDouble).contiguous();
+    const int64_t* id = ids.data_ptr<int64_t>();
+    const double* v = values.data_ptr<double>();
+    double* m = max_per_session.data_ptr<double>();
+    for (int64_t i = 0; i < ids.numel(); ++i) m[id[i]] = std::max(m[id[i]], v[i]);
+  }
+  max_per_session = max_per_session.to(l.scalar_type());
   at::Tensor comp_max = at::index_select(max_per_session, 0, comp_session);
   at::Tensor sum_per_session = at::zeros({sessions}, l.options())
                                    .index_add(0, comp_session, at::exp(comp_logit - comp_max));

@@ -107,7 +107,7 @@ constexpr double kSharedShare = 0.6;
 // tasks drawn only where the tasks they depend on are positive (buy-like: a few percent
 // overall).
 constexpr double kRootBias = -1.5;
-constexpr double kDependentBias = -4.2;
+constexpr double kDependentBias = -2.5;
 // Continuous labels of l2_loss towers: kRegressionScale * sigmoid(logit) + N(0, noise^2).
 constexpr double kRegressionScale = 5.0;
 constexpr double kRegressionNoise = 0.2;
@@ -429,14 +429,17 @@ class Generator {
       else dense_dims += f->value_dim();
     }
     int pairs = sparse_count * (sparse_count - 1) / 2;
-    // Variance budget of the hidden logit: 1.0 first order, 1.0 interactions, 0.6 dense.
+    // Variance budget of the hidden logit: 1.0 first order, interaction_variance (1.0 by
+    // default) for the pairwise interactions, 0.6 dense.
     for (const auto& f : features_) {
       HiddenFeature h;
       h.feature = f.get();
       h.key = HashString(f->name()) ^ SplitMix64(options.seed);
       if (f->is_sparse()) {
         h.first_order_scale = 1.0 / std::sqrt(std::max(1, sparse_count));
-        h.vector_scale = pairs > 0 ? std::pow(1.0 / (pairs * kHiddenDim), 0.25) : 0.0;
+        h.vector_scale = pairs > 0 && options.interaction_variance > 0
+                             ? std::pow(options.interaction_variance / (pairs * kHiddenDim), 0.25)
+                             : 0.0;
       } else {
         h.first_order_scale = std::sqrt(0.6 / std::max(1, dense_dims));
       }
@@ -1376,6 +1379,9 @@ int GenDataMain(const std::vector<std::string>& args) {
                {"seed", "random seed", false, "2024"},
                {"multi_value_fraction", "share of sparse values with two ids", false, "0.1"},
                {"null_fraction", "share of sparse values left empty", false, "0.02"},
+               {"interaction_variance",
+                "variance of the hidden model's pairwise feature interactions (first-order ids "
+                "have 1.0)", false, "1.0"},
                {"edit_config_json", "JSON object of config path -> value overrides (as for "
                                     "train_eval), e.g. to write Parquet for an ODPS config"}});
   if (!flags.Parse(args)) return 0;
@@ -1389,9 +1395,11 @@ int GenDataMain(const std::vector<std::string>& args) {
   options.num_files = static_cast<int>(flags.GetInt("num_files"));
   options.seed = static_cast<uint64_t>(flags.GetInt("seed"));
   if (!ParseDouble(flags.Get("multi_value_fraction"), &options.multi_value_fraction) ||
-      !ParseDouble(flags.Get("null_fraction"), &options.null_fraction)) {
-    Fail("gen_data: --multi_value_fraction and --null_fraction must be numbers");
+      !ParseDouble(flags.Get("null_fraction"), &options.null_fraction) ||
+      !ParseDouble(flags.Get("interaction_variance"), &options.interaction_variance)) {
+    Fail("gen_data: --multi_value_fraction, --null_fraction and --interaction_variance must be numbers");
   }
+  if (options.interaction_variance < 0) Fail("gen_data: --interaction_variance must be >= 0");
   auto result = GenerateMockData(config, options);
   LOG_INFO << "gen_data: wrote " << options.train_rows << " train rows to "
            << result.train_pattern << " and " << options.eval_rows << " eval rows to "
