@@ -7,6 +7,7 @@
 #include "tzrec/common/flags.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/data/csv_reader.h"
+#include "tzrec/batch/batch.h"
 #include "tzrec/input/dataset.h"
 #include "tzrec/features/feature.h"
 
@@ -295,6 +296,57 @@ TEST(Dataset, ErrorsFromWorkersReachTheConsumer) {
   Dataset nulllabel(DataConfigFor(10, 1, false, false), {features[0].get()},
                     dir.File("nulllabel.csv"), DatasetMode::kTrain, 1);
   EXPECT_TZREC_ERROR(ReadAll(nulllabel, 0), "nulllabel.csv:2: label 'clk' is null");
+}
+
+// Reserved columns (predict's pass-through) travel with their rows through batching, and into
+// the Batch; prediction mode reads no labels.
+TEST(Dataset, ReservedColumnsTravelWithTheirRowsIntoTheBatch) {
+  TempDir dir;
+  WriteFile(dir.File("r.csv"), "user,clk,request_id\n1,0,a\n2,1,\n3,0,c\n");
+  auto features = UserFeature();
+  Dataset dataset(DataConfigFor(2, 1, false, false), {features[0].get()}, dir.File("r.csv"),
+                  DatasetMode::kPredict, 1, nullptr, 0, 1, {"request_id"});
+  auto stream = dataset.Open(0);
+  ParsedBatch first, second, none;
+  ASSERT_TRUE(stream->Next(&first));
+  ASSERT_TRUE(stream->Next(&second));
+  EXPECT_FALSE(stream->Next(&none));
+  EXPECT_EQ(first.reserved.at("request_id"), (std::vector<std::string>{"a", ""}));
+  EXPECT_EQ(second.reserved.at("request_id"), (std::vector<std::string>{"c"}));
+  EXPECT_TRUE(first.labels.empty());
+  Batch batch = ToBatch(std::move(first));
+  EXPECT_EQ(batch.size, 2);
+  EXPECT_EQ(batch.reserved.at("request_id")[0], "a");
+  EXPECT_EQ(batch.base().size, 2);
+  EXPECT_EQ(batch.Sparse("user").values[1].item<int64_t>(), 2);
+  EXPECT_EQ(batch.positions.size(), 2u);
+  EXPECT_TZREC_ERROR(batch.Label("clk"), "batch has no label 'clk'");
+  EXPECT_TZREC_ERROR(batch.group("__NEG__"), "no data group '__NEG__'");
+}
+
+// Sequence features become SequenceIds (steps per row, ids per step), not jagged ids.
+TEST(Batch, SequencesKeepStepAndKeyLengths) {
+  ParsedBatch parsed;
+  parsed.size = 2;
+  SparseValues& seq = parsed.sparse["clicks"];
+  seq.sequence = true;
+  seq.values = {5, 6, 7, 8};
+  seq.lengths = {2, 1};          // row 0: 2 steps, row 1: 1 step
+  seq.key_lengths = {1, 2, 1};   // ids per step
+  DenseValues& times = parsed.dense["times"];
+  times.sequence = true;
+  times.dim = 1;
+  times.values = {0.5f, 1.5f, 2.5f};
+  times.lengths = {2, 1};
+  ParsedBatch slice = parsed.Slice(1, 2);
+  EXPECT_EQ(slice.sparse.at("clicks").values, (std::vector<int64_t>{8}));
+  EXPECT_EQ(slice.dense.at("times").values, (std::vector<float>{2.5f}));
+  Batch batch = ToBatch(std::move(parsed));
+  const SequenceIds& ids = batch.base().sequences.at("clicks");
+  EXPECT_EQ(ids.step_lengths[0].item<int>(), 2);
+  EXPECT_EQ(ids.key_offsets[3].item<int64_t>(), 4);
+  EXPECT_EQ(batch.base().dense_sequences.at("times").values.size(0), 3);
+  EXPECT_TRUE(batch.base().sparse.empty());
 }
 
 TEST(Dataset, UnsupportedDatasetTypeAndSchemaFromInputFieldsStr) {

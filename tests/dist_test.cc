@@ -149,7 +149,15 @@ GenDataResult MockData(const testing::TempDir& dir, int64_t train_rows, int64_t 
 void TwoRanksMatchOneProcess(const std::string& sharding) {
   SCOPED_TRACE(sharding);
   testing::TempDir dir;
-  const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
+  // The example plus a decayed train AUC, logged with the losses.
+  const std::string config = dir.File("deepfm_train_metrics.config");
+  {
+    auto cfg = LoadPipelineConfig(testing::SourceDir() + "/examples/deepfm_mock.config");
+    auto* train_auc = cfg.mutable_model_config()->add_train_metrics();
+    train_auc->mutable_auc();
+    train_auc->set_decay_step(4);
+    SavePipelineConfig(cfg, config);
+  }
   const int64_t batch = 64, steps = 20;
   MockData(dir, 2 * batch * steps, 1000, 2);  // one file per rank (CSV is split by whole files)
   // The one-process file: blocks of `batch` rows taken alternately from the two rank files.
@@ -212,14 +220,44 @@ void TwoRanksMatchOneProcess(const std::string& sharding) {
   ASSERT_EQ(loss_one.size(), static_cast<size_t>(steps));
   ASSERT_EQ(loss_two.size(), loss_one.size());
   for (size_t i = 0; i < loss_one.size(); ++i) EXPECT_NEAR(loss_one[i], loss_two[i], 2e-5) << "step " << i;
+  // The decayed train AUC (state summed over ranks at each decay step) is the same too.
+  auto train_auc = [](const std::string& output, const std::string& prefix) {
+    std::vector<double> values;
+    std::istringstream in(output);
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t at = line.find(" auc:");
+      if (at == std::string::npos || line.find("Training Epoch") == std::string::npos ||
+          line.rfind(prefix, 0) != 0) {
+        continue;
+      }
+      values.push_back(std::stod(line.substr(at + 5)));
+    }
+    return values;
+  };
+  auto auc_one = train_auc(one.output, "");
+  auto auc_two = train_auc(two.output, "[rank 0]");
+  ASSERT_EQ(auc_one.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(auc_two.size(), auc_one.size());
+  EXPECT_GT(auc_one.back(), 0.0);
+  for (size_t i = 0; i < auc_one.size(); ++i) EXPECT_NEAR(auc_one[i], auc_two[i], 1e-4) << "step " << i;
   // Eval metrics over all eval rows (each rank evaluated half) match the one-process run.
   auto last_line = [](const std::string& path) { return ReadLines(path).back(); };
   auto m1 = nlohmann::json::parse(last_line(dir.File("one/train_eval_result_v2.txt")));
   auto m2 = nlohmann::json::parse(last_line(dir.File("two/train_eval_result_v2.txt")));
   EXPECT_NEAR(m1["auc"].get<double>(), m2["auc"].get<double>(), 1e-3);
   EXPECT_NEAR(m1["binary_cross_entropy"].get<double>(), m2["binary_cross_entropy"].get<double>(), 1e-4);
-  // `tzrec eval` under launch: each rank evaluates half, rank 0 writes the summed result.
-  const std::string eval_args = " eval --pipeline_config_path=" + dir.File("two/pipeline.config") +
+  // `tzrec eval` under launch: each rank evaluates half, rank 0 writes the combined result;
+  // every kind of metric (summed states and gathered values) equals one process.
+  {
+    auto cfg = LoadPipelineConfig(dir.File("two/pipeline.config"));
+    auto* metrics = cfg.mutable_model_config();
+    metrics->add_metrics()->mutable_grouped_auc()->set_grouping_key("cat_4");
+    metrics->add_metrics()->mutable_normalized_entropy();
+    metrics->add_metrics()->mutable_accuracy();
+    SavePipelineConfig(cfg, dir.File("two/eval.config"));
+  }
+  const std::string eval_args = " eval --pipeline_config_path=" + dir.File("two/eval.config") +
                                 " --eval_input_path='" + dir.File("data/eval/*.csv") + "'";
   ShellRun eval_two = RunShell("OMP_NUM_THREADS=1 " + std::string(TZREC_BINARY) + " launch --nproc_per_node 2 --master_port " +
                                std::to_string(FreePort()) + " --" + eval_args + " --eval_result_filename=eval2.txt");
@@ -229,8 +267,11 @@ void TwoRanksMatchOneProcess(const std::string& sharding) {
   auto e1 = nlohmann::json::parse(last_line(dir.File("two/eval1.txt")));
   auto e2 = nlohmann::json::parse(last_line(dir.File("two/eval2.txt")));
   EXPECT_EQ(ReadLines(dir.File("two/eval2.txt")).size(), 1u);
-  EXPECT_NEAR(e1["auc"].get<double>(), e2["auc"].get<double>(), 1e-6);
-  EXPECT_NEAR(e1["binary_cross_entropy"].get<double>(), e2["binary_cross_entropy"].get<double>(), 1e-6);
+  for (const char* metric : {"auc", "binary_cross_entropy", "grouped_auc", "normalized_entropy", "accuracy"}) {
+    ASSERT_TRUE(e1.contains(metric)) << metric;
+    EXPECT_NEAR(e1[metric].get<double>(), e2[metric].get<double>(), 1e-6) << metric;
+  }
+  EXPECT_GT(e1["grouped_auc"].get<double>(), 0.5);
   if (sharding != "data_parallel") {
     EXPECT_NE(two.output.find("\"sharding_type\": \"" + sharding + "\""), std::string::npos) << two.output;
   }

@@ -124,7 +124,7 @@ void CheckClkBuy(const std::string& name, const std::string& edits) {
   EXPECT_GE(clk.positive_rate, 0.2);
   EXPECT_LE(clk.positive_rate, 0.4);
   EXPECT_GE(buy.positive_rate, 0.02);
-  EXPECT_LE(buy.positive_rate, 0.08);
+  EXPECT_LE(buy.positive_rate, 0.12);
   EXPECT_DOUBLE_EQ(result.oracle_auc, clk.oracle_auc);
   EXPECT_DOUBLE_EQ(result.positive_rate, clk.positive_rate);
 

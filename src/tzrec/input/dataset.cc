@@ -63,6 +63,21 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
                << " (it configures MaxCompute reads)";
     }
   }
+  // Fields only another dataset type reads (e.g. a CSV `delimiter` left in a config switched to
+  // Parquet) are accepted by the config check; say that they do nothing here.
+  const std::vector<std::string>& mine = DatasetReaderRegistry().Fields(type_name);
+  for (const std::string& other : DatasetReaderRegistry().Names()) {
+    if (other == type_name) continue;
+    for (const std::string& pattern : DatasetReaderRegistry().Fields(other)) {
+      if (std::find(mine.begin(), mine.end(), pattern) != mine.end()) continue;
+      const std::string field = pattern.substr(0, pattern.find('.'));
+      const auto* fd = data_config.GetDescriptor()->FindFieldByName(field);
+      if (!fd) continue;
+      const bool set = fd->is_repeated() ? data_config.GetReflection()->FieldSize(data_config, fd) > 0
+                                         : data_config.GetReflection()->HasField(data_config, fd);
+      if (set) LOG_INFO << "data_config." << field << " has no effect on " << type_name << " (" << other << " reads it)";
+    }
+  }
   TZREC_CHECK((data_config.fg_mode() != protos::FG_NONE) == (generator_ != nullptr),
               "a feature generator is needed exactly when fg_mode is not FG_NONE");
   options_.input_path = input_path;

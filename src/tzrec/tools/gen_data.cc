@@ -104,7 +104,7 @@ double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 // the variance; task logits correlate at kSharedShare).
 constexpr double kSharedShare = 0.6;
 // Bias of a task's own logit: tasks that no other task gates (clk-like, ~30% positives) and
-// tasks drawn only where the tasks they depend on are positive (buy-like: a few percent
+// tasks drawn only where the tasks they depend on are positive (buy-like: under a tenth
 // overall).
 constexpr double kRootBias = -1.5;
 constexpr double kDependentBias = -2.5;
@@ -429,14 +429,14 @@ class Generator {
       else dense_dims += f->value_dim();
     }
     int pairs = sparse_count * (sparse_count - 1) / 2;
-    // Variance budget of the hidden logit: 1.0 first order, interaction_variance (1.0 by
-    // default) for the pairwise interactions, 0.6 dense.
+    // Variance budget of the hidden logit: first_order_variance (1.0 by default) for the
+    // per-id weights, interaction_variance (1.0) for the pairwise interactions, 0.6 dense.
     for (const auto& f : features_) {
       HiddenFeature h;
       h.feature = f.get();
       h.key = HashString(f->name()) ^ SplitMix64(options.seed);
       if (f->is_sparse()) {
-        h.first_order_scale = 1.0 / std::sqrt(std::max(1, sparse_count));
+        h.first_order_scale = std::sqrt(options.first_order_variance / std::max(1, sparse_count));
         h.vector_scale = pairs > 0 && options.interaction_variance > 0
                              ? std::pow(options.interaction_variance / (pairs * kHiddenDim), 0.25)
                              : 0.0;
@@ -1379,6 +1379,8 @@ int GenDataMain(const std::vector<std::string>& args) {
                {"seed", "random seed", false, "2024"},
                {"multi_value_fraction", "share of sparse values with two ids", false, "0.1"},
                {"null_fraction", "share of sparse values left empty", false, "0.02"},
+               {"first_order_variance",
+                "variance of the hidden model's per-id weights, summed over features", false, "1.0"},
                {"interaction_variance",
                 "variance of the hidden model's pairwise feature interactions (first-order ids "
                 "have 1.0)", false, "1.0"},
@@ -1396,9 +1398,12 @@ int GenDataMain(const std::vector<std::string>& args) {
   options.seed = static_cast<uint64_t>(flags.GetInt("seed"));
   if (!ParseDouble(flags.Get("multi_value_fraction"), &options.multi_value_fraction) ||
       !ParseDouble(flags.Get("null_fraction"), &options.null_fraction) ||
+      !ParseDouble(flags.Get("first_order_variance"), &options.first_order_variance) ||
       !ParseDouble(flags.Get("interaction_variance"), &options.interaction_variance)) {
-    Fail("gen_data: --multi_value_fraction, --null_fraction and --interaction_variance must be numbers");
+    Fail("gen_data: --multi_value_fraction, --null_fraction, --first_order_variance and "
+         "--interaction_variance must be numbers");
   }
+  if (options.first_order_variance < 0) Fail("gen_data: --first_order_variance must be >= 0");
   if (options.interaction_variance < 0) Fail("gen_data: --interaction_variance must be >= 0");
   auto result = GenerateMockData(config, options);
   LOG_INFO << "gen_data: wrote " << options.train_rows << " train rows to "

@@ -55,9 +55,12 @@ struct GenDataOptions {
   double multi_value_fraction = 0.1;  // share of sparse values that get a second id
   double null_fraction = 0.02;        // share of sparse values left empty
   double zipf_exponent = 1.1;
-  // Variance of the pairwise-interaction part of the hidden logit (first-order ids have 1.0,
-  // dense values 0.6). Models without explicit feature crosses (MLP towers) need far more data
-  // to learn interactions than per-id effects; tests of them at small sizes lower it.
+  // Variances of the hidden logit's parts: per-id weights (summed over the sparse features) and
+  // pairwise interactions of hidden id vectors; dense values have 0.6. Models without explicit
+  // feature crosses (MLP towers) need far more rows to learn interactions than per-id effects,
+  // and weak signals need more rows to come close to the oracle: tests that must train in a
+  // minute raise the first and drop the second.
+  double first_order_variance = 1.0;
   double interaction_variance = 1.0;
 };
 
