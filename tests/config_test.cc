@@ -126,6 +126,16 @@ TEST(SupportedFields, RegistryMembersAndTheirFieldsAreCheckedWhereverTheyAppear)
   EXPECT_TZREC_ERROR(CheckConfigSupported(simple), "TorchEasyRec has no SimpleMultiTask model");
 }
 
+// MaxCompute read settings in a config switched to Parquet are accepted (they have no effect
+// there, in TorchEasyRec too); CSV-only settings too (the dataset says they do nothing).
+TEST(SupportedFields, OdpsAndOtherDatasetSettingsAreAccepted) {
+  auto config = ParsePipelineConfigText(R"(
+    data_config { dataset_type: ParquetDataset odps_data_quota_name: "q" odps_data_compression: "ZSTD"
+                  with_header: true delimiter: "\t" }
+  )", "t");
+  EXPECT_TRUE(FindUnsupportedFields(config).empty());
+}
+
 TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
   auto config = LoadPipelineConfig(testing::ReferenceConfig("multi_tower_din_taobao.config"));
   auto unsupported = FindUnsupportedFields(config);

@@ -1,6 +1,7 @@
 #include "tzrec/embedding/sparse_optimizer.h"
 
 #include "tzrec/common/error.h"
+#include "tzrec/config/oneof.h"
 
 namespace tzrec {
 
@@ -111,16 +112,8 @@ TZREC_REGISTER(SparseOptimizerRegistry(), "adam_optimizer", MakeAdam, "lr", "bet
                "weight_decay", "gradient_clipping", "max_gradient");
 
 SparseOptimizerSpec ParseSparseOptimizer(const protos::SparseOptimizer& config) {
-  const auto* oneof = config.GetDescriptor()->FindOneofByName("optimizer");
-  const auto* which = config.GetReflection()->GetOneofFieldDescriptor(config, oneof);
-  if (!which) {
-    Fail("train_config.sparse_optimizer: no optimizer set (supported: ",
-         SparseOptimizerRegistry().JoinNames(), ")");
-  }
-  if (!SparseOptimizerRegistry().Has(which->name())) {
-    Fail("train_config.sparse_optimizer.", which->name(), ": not supported yet (supported: ",
-         SparseOptimizerRegistry().JoinNames(), ")");
-  }
+  const auto* which = RegisteredOneofMember(config, "optimizer", SparseOptimizerRegistry(),
+                                            "train_config.sparse_optimizer");
   return SparseOptimizerRegistry().Get(which->name())(config.GetReflection()->GetMessage(config, which));
 }
 

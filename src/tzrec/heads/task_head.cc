@@ -7,6 +7,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/config/oneof.h"
 #include "tzrec/config/supported_fields.h"
 
 namespace tzrec {
@@ -42,12 +43,6 @@ const google::protobuf::RepeatedPtrField<T>* Repeated(const Message& msg, const 
   const FieldDescriptor* f = FieldOf(msg, name);
   TZREC_CHECK(f != nullptr, msg.GetDescriptor()->full_name(), " has no field ", name);
   return &msg.GetReflection()->GetRepeatedPtrField<T>(msg, f);
-}
-
-// The set member of `oneof` of `msg`, or nullptr.
-const FieldDescriptor* Which(const Message& msg, const char* oneof) {
-  const auto* decl = msg.GetDescriptor()->FindOneofByName(oneof);
-  return decl ? msg.GetReflection()->GetOneofFieldDescriptor(msg, decl) : nullptr;
 }
 
 at::Tensor DivNoNan(const at::Tensor& a, const at::Tensor& b) {
@@ -119,7 +114,7 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
   for (int i = 0; i < spec_.losses->size(); ++i) {
     const protos::LossConfig& config = spec_.losses->Get(i);
     const std::string loss_where = StrCat(where, ".losses[", i, "]");
-    const FieldDescriptor* which = Which(config, "loss");
+    const FieldDescriptor* which = SetOneofMember(config, "loss");
     if (!which) Fail(loss_where, ": no loss set");
     const std::string type = which->name();
     LossContext ctx{&config.GetReflection()->GetMessage(config, which), spec_.num_class,
@@ -151,7 +146,7 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
     for (int i = 0; i < spec_.metrics->size(); ++i) {
       const protos::MetricConfig& config = spec_.metrics->Get(i);
       const std::string metric_where = StrCat(where, ".metrics[", i, "]");
-      const FieldDescriptor* which = Which(config, "metric");
+      const FieldDescriptor* which = SetOneofMember(config, "metric");
       if (!which) Fail(metric_where, ": no metric set");
       MetricContext ctx{&config.GetReflection()->GetMessage(config, which), spec_.num_class, metric_where};
       MetricSpec metric = MetricRegistry().Get(which->name())(ctx);
@@ -166,7 +161,7 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
     for (int i = 0; i < spec_.train_metrics->size(); ++i) {
       const protos::TrainMetricConfig& config = spec_.train_metrics->Get(i);
       const std::string metric_where = StrCat(where, ".train_metrics[", i, "]");
-      const FieldDescriptor* which = Which(config, "metric");
+      const FieldDescriptor* which = SetOneofMember(config, "metric");
       if (!which) Fail(metric_where, ": no metric set");
       if (config.decay_step() == 0) Fail(metric_where, ".decay_step must be > 0");
       if (!(config.decay_rate() >= 0 && config.decay_rate() <= 1)) {

@@ -52,11 +52,7 @@ MetricSpec MakeDecayAuc(const MetricContext& ctx) {
   const auto& config = metrics_internal::ConfigAs<protos::AUC>(ctx);
   MetricSpec spec;
   spec.prediction = metrics_internal::BinaryPrediction(ctx, "auc");
-  if (config.thresholds() < 2 || config.thresholds() > (1u << 24)) {
-    Fail(metrics_internal::ConfigPath(ctx, "auc", "thresholds"), ": must be in [2, 16777216] (got ",
-         config.thresholds(), ")");
-  }
-  spec.metric = std::make_unique<DecayAuc>(static_cast<int>(config.thresholds()));
+  spec.metric = std::make_unique<DecayAuc>(metrics_internal::CheckedThresholds(ctx, "auc", config.thresholds()));
   return spec;
 }
 

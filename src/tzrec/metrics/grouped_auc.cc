@@ -18,72 +18,31 @@ namespace {
 
 class GroupedAuc : public Metric {
  public:
-  void Update(const MetricInput& input) override {
-    metrics_internal::CheckInput(input, 1, 1, "grouped_auc");
-    TZREC_CHECK(input.rows == 0 || input.group_keys != nullptr, "grouped_auc needs group keys");
-    keys_.insert(keys_.end(), input.group_keys, input.group_keys + input.rows);
-    probs_.insert(probs_.end(), input.preds, input.preds + input.rows);
-    labels_.insert(labels_.end(), input.labels, input.labels + input.rows);
-  }
+  void Update(const MetricInput& input) override { rows_.Add(input, "grouped_auc"); }
 
   double Compute() const override {
-    const size_t n = keys_.size();
-    std::vector<size_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys_[a] < keys_[b]; });
-    std::vector<float> probs, labels;
+    const metrics_internal::KeyedRows::ByKey rows = rows_.SortedByKey();
     double sum = 0.0;
     int64_t groups = 0;
-    for (size_t begin = 0; begin < n;) {
-      size_t end = begin;
-      probs.clear();
-      labels.clear();
+    for (size_t g = 0; g + 1 < rows.starts.size(); ++g) {
+      const size_t begin = rows.starts[g], end = rows.starts[g + 1];
       bool positive = false, negative = false;
-      for (; end < n && keys_[order[end]] == keys_[order[begin]]; ++end) {
-        probs.push_back(probs_[order[end]]);
-        labels.push_back(labels_[order[end]]);
-        (labels.back() > 0.5f ? positive : negative) = true;
-      }
+      for (size_t i = begin; i < end; ++i) (rows.labels[i] > 0.5f ? positive : negative) = true;
       if (positive && negative) {
-        sum += ExactAuc(probs.data(), labels.data(), probs.size());
+        sum += ExactAuc(rows.preds.data() + begin, rows.labels.data() + begin, end - begin);
         ++groups;
       }
-      begin = end;
     }
     return groups > 0 ? sum / static_cast<double>(groups) : std::nan("");
   }
 
-  void Reset() override {
-    keys_.clear();
-    probs_.clear();
-    labels_.clear();
-  }
+  void Reset() override { rows_.Clear(); }
   MetricCombine combine() const override { return MetricCombine::kGather; }
-
-  std::string SerializeValues() const override {
-    std::string bytes;
-    metrics_internal::AppendPod<uint64_t>(keys_.size(), &bytes);
-    metrics_internal::AppendPods(keys_.data(), keys_.size(), &bytes);
-    metrics_internal::AppendPods(probs_.data(), probs_.size(), &bytes);
-    metrics_internal::AppendPods(labels_.data(), labels_.size(), &bytes);
-    return bytes;
-  }
-  void LoadGathered(const std::vector<std::string>& per_rank) override {
-    Reset();
-    for (const std::string& bytes : per_rank) {
-      size_t pos = 0;
-      const uint64_t n = metrics_internal::ReadPod<uint64_t>(bytes, &pos);
-      metrics_internal::ReadPods(bytes, &pos, n, &keys_);
-      metrics_internal::ReadPods(bytes, &pos, n, &probs_);
-      metrics_internal::ReadPods(bytes, &pos, n, &labels_);
-      TZREC_CHECK(pos == bytes.size(), "grouped_auc: trailing gathered bytes");
-    }
-  }
+  std::string SerializeValues() const override { return rows_.Serialize(); }
+  void LoadGathered(const std::vector<std::string>& per_rank) override { rows_.Load(per_rank, "grouped_auc"); }
 
  private:
-  std::vector<int64_t> keys_;
-  std::vector<float> probs_;
-  std::vector<float> labels_;
+  metrics_internal::KeyedRows rows_;
 };
 
 MetricSpec MakeGroupedAuc(const MetricContext& ctx) {

@@ -20,76 +20,33 @@ class GroupedXauc : public Metric {
  public:
   explicit GroupedXauc(uint64_t max_pairs_per_group) : max_pairs_(max_pairs_per_group) {}
 
-  void Update(const MetricInput& input) override {
-    metrics_internal::CheckInput(input, 1, 1, "grouped_xauc");
-    TZREC_CHECK(input.rows == 0 || input.group_keys != nullptr, "grouped_xauc needs group keys");
-    keys_.insert(keys_.end(), input.group_keys, input.group_keys + input.rows);
-    preds_.insert(preds_.end(), input.preds, input.preds + input.rows);
-    labels_.insert(labels_.end(), input.labels, input.labels + input.rows);
-  }
+  void Update(const MetricInput& input) override { rows_.Add(input, "grouped_xauc"); }
 
   double Compute() const override {
-    const size_t n = keys_.size();
-    std::vector<size_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return keys_[a] < keys_[b]; });
-    std::vector<float> preds(n), labels(n);
-    for (size_t i = 0; i < n; ++i) {
-      preds[i] = preds_[order[i]];
-      labels[i] = labels_[order[i]];
-    }
+    metrics_internal::KeyedRows::ByKey rows = rows_.SortedByKey();
     double weighted_sum = 0.0, weight = 0.0;
-    for (size_t begin = 0; begin < n;) {
-      const int64_t key = keys_[order[begin]];
-      size_t end = begin;
-      while (end < n && keys_[order[end]] == key) ++end;
-      const uint64_t rows = end - begin;
-      if (rows >= 2) {
-        SortXaucRows(&preds, &labels, begin, end);
-        const uint64_t pairs = std::min<uint64_t>(max_pairs_, rows * (rows - 1) / 2);
-        const double xauc = SampledXauc(preds.data() + begin, labels.data() + begin, rows, pairs,
-                                        metrics_internal::MixSeed(static_cast<uint64_t>(key)));
-        weighted_sum += xauc * static_cast<double>(rows);
-        weight += static_cast<double>(rows);
-      }
-      begin = end;
+    for (size_t g = 0; g + 1 < rows.starts.size(); ++g) {
+      const size_t begin = rows.starts[g], end = rows.starts[g + 1];
+      const uint64_t n = end - begin;
+      if (n < 2) continue;
+      SortXaucRows(&rows.preds, &rows.labels, begin, end);
+      const uint64_t pairs = std::min<uint64_t>(max_pairs_, n * (n - 1) / 2);
+      const double xauc = SampledXauc(rows.preds.data() + begin, rows.labels.data() + begin, n, pairs,
+                                      metrics_internal::MixSeed(static_cast<uint64_t>(rows.keys[begin])));
+      weighted_sum += xauc * static_cast<double>(n);
+      weight += static_cast<double>(n);
     }
     return weight > 0.0 ? weighted_sum / weight : std::nan("");
   }
 
-  void Reset() override {
-    keys_.clear();
-    preds_.clear();
-    labels_.clear();
-  }
+  void Reset() override { rows_.Clear(); }
   MetricCombine combine() const override { return MetricCombine::kGather; }
-
-  std::string SerializeValues() const override {
-    std::string bytes;
-    metrics_internal::AppendPod<uint64_t>(keys_.size(), &bytes);
-    metrics_internal::AppendPods(keys_.data(), keys_.size(), &bytes);
-    metrics_internal::AppendPods(preds_.data(), preds_.size(), &bytes);
-    metrics_internal::AppendPods(labels_.data(), labels_.size(), &bytes);
-    return bytes;
-  }
-  void LoadGathered(const std::vector<std::string>& per_rank) override {
-    Reset();
-    for (const std::string& bytes : per_rank) {
-      size_t pos = 0;
-      const uint64_t n = metrics_internal::ReadPod<uint64_t>(bytes, &pos);
-      metrics_internal::ReadPods(bytes, &pos, n, &keys_);
-      metrics_internal::ReadPods(bytes, &pos, n, &preds_);
-      metrics_internal::ReadPods(bytes, &pos, n, &labels_);
-      TZREC_CHECK(pos == bytes.size(), "grouped_xauc: trailing gathered bytes");
-    }
-  }
+  std::string SerializeValues() const override { return rows_.Serialize(); }
+  void LoadGathered(const std::vector<std::string>& per_rank) override { rows_.Load(per_rank, "grouped_xauc"); }
 
  private:
   uint64_t max_pairs_;
-  std::vector<int64_t> keys_;
-  std::vector<float> preds_;
-  std::vector<float> labels_;
+  metrics_internal::KeyedRows rows_;
 };
 
 MetricSpec MakeGroupedXauc(const MetricContext& ctx) {

@@ -4,6 +4,7 @@
 // metrics. Stateless functions; thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +52,14 @@ inline void RequireRegression(const MetricContext& ctx, const std::string& membe
     Fail(ConfigPath(ctx, member), ": num_class must be 1 for ", member,
          " (it reads the regression output y; got ", ctx.num_class, ")");
   }
+}
+
+// A binned metric's `thresholds` (TorchEasyRec's default 200), checked.
+inline int CheckedThresholds(const MetricContext& ctx, const std::string& member, uint32_t thresholds) {
+  if (thresholds < 2 || thresholds > (1u << 24)) {
+    Fail(ConfigPath(ctx, member, "thresholds"), ": must be in [2, 16777216] (got ", thresholds, ")");
+  }
+  return static_cast<int>(thresholds);
 }
 
 inline void CheckInput(const MetricInput& input, int pred_width, int label_width,
@@ -115,6 +124,105 @@ inline uint64_t MixSeed(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
+
+// The (group key, prediction, label) rows a grouped metric accumulates; gathered over ranks as
+// bytes (kGather), so the grouped value is computed over every rank's rows.
+class KeyedRows {
+ public:
+  void Add(const MetricInput& input, const char* metric) {
+    CheckInput(input, 1, 1, metric);
+    TZREC_CHECK(input.rows == 0 || input.group_keys != nullptr, metric, " needs group keys");
+    keys_.insert(keys_.end(), input.group_keys, input.group_keys + input.rows);
+    preds_.insert(preds_.end(), input.preds, input.preds + input.rows);
+    labels_.insert(labels_.end(), input.labels, input.labels + input.rows);
+  }
+  void Clear() {
+    keys_.clear();
+    preds_.clear();
+    labels_.clear();
+  }
+  std::string Serialize() const {
+    std::string bytes;
+    AppendPod<uint64_t>(keys_.size(), &bytes);
+    AppendPods(keys_.data(), keys_.size(), &bytes);
+    AppendPods(preds_.data(), preds_.size(), &bytes);
+    AppendPods(labels_.data(), labels_.size(), &bytes);
+    return bytes;
+  }
+  // Replaces the rows by every rank's, in rank order.
+  void Load(const std::vector<std::string>& per_rank, const char* metric) {
+    Clear();
+    for (const std::string& bytes : per_rank) {
+      size_t pos = 0;
+      const uint64_t n = ReadPod<uint64_t>(bytes, &pos);
+      ReadPods(bytes, &pos, n, &keys_);
+      ReadPods(bytes, &pos, n, &preds_);
+      ReadPods(bytes, &pos, n, &labels_);
+      TZREC_CHECK(pos == bytes.size(), metric, ": trailing gathered bytes");
+    }
+  }
+  // The rows stably sorted by key, and where each key's run starts (plus the end).
+  struct ByKey {
+    std::vector<int64_t> keys;
+    std::vector<float> preds;
+    std::vector<float> labels;
+    std::vector<size_t> starts;
+  };
+  ByKey SortedByKey() const {
+    const size_t n = keys_.size();
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys_[a] < keys_[b]; });
+    ByKey out;
+    out.keys.resize(n);
+    out.preds.resize(n);
+    out.labels.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      out.keys[i] = keys_[order[i]];
+      out.preds[i] = preds_[order[i]];
+      out.labels[i] = labels_[order[i]];
+      if (i == 0 || out.keys[i] != out.keys[i - 1]) out.starts.push_back(i);
+    }
+    out.starts.push_back(n);
+    return out;
+  }
+
+ private:
+  std::vector<int64_t> keys_;
+  std::vector<float> preds_;
+  std::vector<float> labels_;
+};
+
+// Mean over rows of a per-row error of the regression output (mean_absolute_error,
+// mean_squared_error); NaN before any row. kSum.
+class MeanRowError : public Metric {
+ public:
+  MeanRowError(const char* name, double (*error)(double diff)) : name_(name), error_(error) {}
+  void Update(const MetricInput& input) override {
+    CheckInput(input, 1, 1, name_);
+    for (int64_t i = 0; i < input.rows; ++i) {
+      sum_ += error_(static_cast<double>(input.preds[i]) - input.labels[i]);
+    }
+    count_ += static_cast<double>(input.rows);
+  }
+  double Compute() const override { return count_ > 0.0 ? sum_ / count_ : std::nan(""); }
+  void Reset() override { sum_ = count_ = 0.0; }
+  MetricCombine combine() const override { return MetricCombine::kSum; }
+  void AppendState(std::vector<double>* state) const override {
+    state->push_back(sum_);
+    state->push_back(count_);
+  }
+  void LoadState(const std::vector<double>& state, size_t* offset) override {
+    sum_ = state.at((*offset)++);
+    count_ = state.at((*offset)++);
+  }
+
+ private:
+  const char* name_;
+  double (*error_)(double);
+  double sum_ = 0.0;
+  double count_ = 0.0;
+};
 
 }  // namespace metrics_internal
 }  // namespace tzrec

@@ -81,10 +81,7 @@ MetricSpec MakeMulticlassAuc(const MetricContext& ctx) {
     Fail(ConfigPath(ctx, "multiclass_auc"), ": num_class must be >= 2 for multiclass_auc (got ",
          ctx.num_class, ")");
   }
-  if (config.thresholds() < 2 || config.thresholds() > (1u << 24)) {
-    Fail(ConfigPath(ctx, "multiclass_auc", "thresholds"), ": must be in [2, 16777216] (got ",
-         config.thresholds(), ")");
-  }
+  const int thresholds = metrics_internal::CheckedThresholds(ctx, "multiclass_auc", config.thresholds());
   if (config.average() != "macro" && config.average() != "weighted") {
     Fail(ConfigPath(ctx, "multiclass_auc", "average"),
          ": must be \"macro\" or \"weighted\" (got \"", config.average(), "\")");
@@ -92,7 +89,7 @@ MetricSpec MakeMulticlassAuc(const MetricContext& ctx) {
   MetricSpec spec;
   spec.prediction = "probs";
   spec.metric = std::make_unique<MulticlassAuc>(
-      ctx.num_class, static_cast<int>(config.thresholds()), config.average() == "weighted");
+      ctx.num_class, thresholds, config.average() == "weighted");
   return spec;
 }
 

@@ -126,12 +126,8 @@ std::shared_ptr<Model> Make(const ModelContext& context) { return std::make_shar
 }  // namespace
 
 TZREC_REGISTER(ModelRegistry(), "dbmtl", Make, "mask_net.*", "bottom_mlp.*", "expert_mlp.*",
-               "gate_mlp.*", "num_expert", "task_towers.tower_name", "task_towers.label_name",
-               "task_towers.metrics", "task_towers.train_metrics", "task_towers.losses",
-               "task_towers.num_class", "task_towers.mlp.*", "task_towers.weight",
-               "task_towers.relation_tower_names", "task_towers.relation_mlp.*",
-               "task_towers.sample_weight_name", "task_towers.task_space_indicator_label",
-               "task_towers.in_task_space_weight", "task_towers.out_task_space_weight",
-               "task_towers.pareto_min_loss_weight");
+               "gate_mlp.*", "num_expert", "task_towers.relation_tower_names",
+               "task_towers.relation_mlp.*",
+               TZREC_TASK_TOWER_FIELDS);
 
 }  // namespace tzrec

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "tzrec/common/error.h"
+#include "tzrec/config/oneof.h"
 #include "tzrec/config/supported_fields.h"
 #include "tzrec/heads/pareto.h"
 
@@ -193,12 +194,7 @@ bool Model::has_train_metrics() const {
 
 std::shared_ptr<Model> CreateModel(const ModelContext& context) {
   const protos::ModelConfig& config = *context.config;
-  const auto* oneof = config.GetDescriptor()->FindOneofByName("model");
-  const auto* which = config.GetReflection()->GetOneofFieldDescriptor(config, oneof);
-  if (!which) Fail("model_config: no model set (supported: ", ModelRegistry().JoinNames(), ")");
-  if (!ModelRegistry().Has(which->name())) {
-    Fail("model_config.", which->name(), ": not supported yet (supported: ", ModelRegistry().JoinNames(), ")");
-  }
+  const auto* which = RegisteredOneofMember(config, "model", ModelRegistry(), "model_config");
   return ModelRegistry().Get(which->name())(context);
 }
 

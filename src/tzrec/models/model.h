@@ -95,6 +95,15 @@ class Model : public torch::nn::Module {
   std::vector<std::unique_ptr<TaskHead>> heads_;
 };
 
+// The TaskTower fields a multi-task model's registration honours (read by its task heads), as
+// arguments of TZREC_REGISTER (BayesTaskTower adds relation_tower_names / relation_mlp).
+#define TZREC_TASK_TOWER_FIELDS                                                              \
+  "task_towers.tower_name", "task_towers.label_name", "task_towers.metrics",                 \
+      "task_towers.train_metrics", "task_towers.losses", "task_towers.num_class",            \
+      "task_towers.mlp.*", "task_towers.weight", "task_towers.sample_weight_name",           \
+      "task_towers.task_space_indicator_label", "task_towers.in_task_space_weight",          \
+      "task_towers.out_task_space_weight", "task_towers.pareto_min_loss_weight"
+
 using ModelFactory = std::function<std::shared_ptr<Model>(const ModelContext&)>;
 // Slot tzrec.protos.ModelConfig / model.
 Registry<ModelFactory>& ModelRegistry();

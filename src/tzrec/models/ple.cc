@@ -73,10 +73,6 @@ std::shared_ptr<Model> Make(const ModelContext& context) { return std::make_shar
 TZREC_REGISTER(ModelRegistry(), "ple", Make, "extraction_networks.network_name",
                "extraction_networks.expert_num_per_task", "extraction_networks.share_num",
                "extraction_networks.task_expert_net.*", "extraction_networks.share_expert_net.*",
-               "task_towers.tower_name", "task_towers.label_name", "task_towers.metrics",
-               "task_towers.train_metrics", "task_towers.losses", "task_towers.num_class",
-               "task_towers.mlp.*", "task_towers.weight", "task_towers.sample_weight_name",
-               "task_towers.task_space_indicator_label", "task_towers.in_task_space_weight",
-               "task_towers.out_task_space_weight", "task_towers.pareto_min_loss_weight");
+               TZREC_TASK_TOWER_FIELDS);
 
 }  // namespace tzrec

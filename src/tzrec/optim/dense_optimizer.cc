@@ -6,6 +6,7 @@
 #include <torch/optim/sgd.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/config/oneof.h"
 
 namespace tzrec {
 namespace {
@@ -70,16 +71,8 @@ TZREC_REGISTER(DenseOptimizerRegistry(), "adamw_optimizer", MakeAdamW, "lr", "be
 
 std::unique_ptr<torch::optim::Optimizer> CreateDenseOptimizer(
     const protos::DenseOptimizer& config, std::vector<at::Tensor> parameters) {
-  const auto* oneof = config.GetDescriptor()->FindOneofByName("optimizer");
-  const auto* which = config.GetReflection()->GetOneofFieldDescriptor(config, oneof);
-  if (!which) {
-    Fail("train_config.dense_optimizer: no optimizer set (supported: ",
-         DenseOptimizerRegistry().JoinNames(), ")");
-  }
-  if (!DenseOptimizerRegistry().Has(which->name())) {
-    Fail("train_config.dense_optimizer.", which->name(), ": not supported yet (supported: ",
-         DenseOptimizerRegistry().JoinNames(), ")");
-  }
+  const auto* which = RegisteredOneofMember(config, "optimizer", DenseOptimizerRegistry(),
+                                            "train_config.dense_optimizer");
   return DenseOptimizerRegistry().Get(which->name())(config.GetReflection()->GetMessage(config, which),
                                                      std::move(parameters));
 }

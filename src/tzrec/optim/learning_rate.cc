@@ -1,6 +1,7 @@
 #include "tzrec/optim/learning_rate.h"
 
 #include "tzrec/common/error.h"
+#include "tzrec/config/oneof.h"
 
 namespace tzrec {
 namespace {
@@ -27,12 +28,9 @@ TZREC_REGISTER(LearningRateRegistry(), "constant_learning_rate", MakeConstant);
 
 std::unique_ptr<LearningRateSchedule> CreateLearningRateSchedule(const google::protobuf::Message& optimizer,
                                                                  const std::string& where) {
-  const auto* oneof = optimizer.GetDescriptor()->FindOneofByName("learning_rate");
-  const auto* which = oneof ? optimizer.GetReflection()->GetOneofFieldDescriptor(optimizer, oneof) : nullptr;
+  const auto* which = RegisteredOneofMember(optimizer, "learning_rate", LearningRateRegistry(), where,
+                                            /*required=*/false);
   if (!which) return std::make_unique<ConstantLearningRate>();
-  if (!LearningRateRegistry().Has(which->name())) {
-    Fail(where, ".", which->name(), ": not supported yet (supported: ", LearningRateRegistry().JoinNames(), ")");
-  }
   return LearningRateRegistry().Get(which->name())(optimizer.GetReflection()->GetMessage(optimizer, which));
 }
 
