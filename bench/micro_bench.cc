@@ -16,7 +16,7 @@
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/embedding/fused_lookup.h"
-#include "tzrec/train/batch.h"
+#include "tzrec/batch/batch.h"
 #include "tzrec/modules/fast_linear.h"
 #include "tzrec/train/runtime.h"
 

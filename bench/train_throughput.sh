@@ -28,6 +28,11 @@ if ! /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-torch python3-numpy >/dev/null
 fi
+# GNU time (peak RSS of the one-epoch runs) is not on every fresh machine.
+if [ ! -x /usr/bin/time ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq time >/dev/null
+fi
 scripts/build.sh tzrec tzrec_micro_bench >/dev/null
 TCMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
 
@@ -98,7 +103,8 @@ for model in deepfm dlrm; do
   tables_mib=$(sed -n 's/.*embedding tables: \([0-9]*\) MiB.*/\1/p' $OUT/ours_${model}_epoch.log | head -1)
   # Resident code of the binary and its libraries (LibTorch, oneDNN), measured by a run that
   # stops right after start-up; it is not data, so the ratio is also shown without it.
-  code_kib=$( (/usr/bin/time -v build/tzrec train_eval --pipeline_config_path=/nonexistent) 2>&1 \
+  # (the run fails by design: `|| true`, or pipefail would end the script here)
+  code_kib=$( (/usr/bin/time -v build/tzrec train_eval --pipeline_config_path=/nonexistent || true) 2>&1 \
     | sed -n 's/.*Maximum resident set size (kbytes): //p')
   echo "$model: peak RSS of our one-epoch run: $((rss / 1024)) MiB; tables + optimizer state" \
     "+ slot maps ${tables_mib} MiB; ratio $(awk -v r=$rss -v t=$tables_mib 'BEGIN{printf "%.2f", r/1024/t}')," \
