@@ -384,11 +384,13 @@ TEST(Distributed, KilledRankEndsTheTrainingJob) {
       " -- train_eval --pipeline_config_path=" + config + " --model_dir=" + model_dir +
       " --train_input_path='" + data.train_pattern + "' --eval_input_path='" + data.eval_pattern +
       "' --edit_config_json='{\"data_config.batch_size\": 32, \"train_config.num_epochs\": 50}'";
-  // Kill the newest train_eval process (one rank) once training runs.
-  const std::string killer = "(for i in $(seq 1 100); do sleep 0.2; if pgrep -f 'killed_model' >/dev/null && "
-                             "[ $(pgrep -f 'train_eval.*killed_model' | wc -l) -ge 2 ]; then sleep 2; "
-                             "pkill -9 -n -f 'train_eval.*killed_model'; break; fi; done) & ";
-  ShellRun run = RunShell(killer + command);
+  // Once both ranks run, kill the newer one by its PID: a child of this launch process (by
+  // parent PID, never by a name pattern that could match another test's processes).
+  const std::string run_and_kill =
+      command + " 2>&1 & launch=$!; for i in $(seq 1 100); do sleep 0.2; "
+                "if [ $(pgrep -P $launch | wc -l) -ge 2 ]; then sleep 2; kill -9 $(pgrep -n -P $launch); break; fi; "
+                "done; wait $launch";
+  ShellRun run = RunShell(run_and_kill);
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("exited with signal 9"), std::string::npos) << run.output;
   EXPECT_LT(run.seconds, 40.0) << run.output;
