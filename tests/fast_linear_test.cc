@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
+
 #include "tzrec/modules/fast_linear.h"
 #include "test_util.h"
 
@@ -34,6 +36,44 @@ TEST(FastLinear, MatchesAtenLinearForwardAndBackward) {
       }
     }
   }
+  });
+}
+
+// A poisoned input must stay visible downstream: NaN and +-inf go through bias and ReLU (and
+// the ReLU's gradient mask) exactly as through ATen's linear + relu.
+TEST(FastLinear, PropagatesNonFiniteValuesLikeAten) {
+  testing::ForEachCpuIsa([] {
+    torch::manual_seed(7);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "relu " << relu);
+      at::Tensor x = torch::randn({9, 5});
+      x[1][2] = nan;
+      x[4][0] = inf;
+      x[6][3] = -inf;
+      at::Tensor w = torch::randn({3, 5});
+      at::Tensor b = torch::randn({3});
+      b[1] = nan;  // a poisoned bias reaches every row
+      at::Tensor upstream = torch::randn({9, 3});
+      auto run = [&](bool fast) {
+        at::Tensor xx = x.clone().requires_grad_(true);
+        at::Tensor ww = w.clone().requires_grad_(true);
+        at::Tensor y = fast ? FastLinear(xx, ww, b, relu) : torch::linear(xx, ww, b);
+        if (!fast && relu) y = torch::relu(y);
+        (y * upstream).sum().backward();
+        return std::vector<at::Tensor>{y.detach(), xx.grad(), ww.grad()};
+      };
+      auto fast = run(true);
+      auto aten = run(false);
+      EXPECT_GT(torch::isnan(fast[0]).sum().item<int64_t>(), 0);
+      for (size_t i = 0; i < fast.size(); ++i) {
+        SCOPED_TRACE(i);
+        EXPECT_TRUE(torch::equal(torch::isnan(fast[i]), torch::isnan(aten[i])));
+        EXPECT_TRUE(torch::equal(torch::isinf(fast[i]), torch::isinf(aten[i])));
+        EXPECT_TRUE(torch::allclose(fast[i], aten[i], 1e-4, 1e-5, /*equal_nan=*/true));
+      }
+    }
   });
 }
 
