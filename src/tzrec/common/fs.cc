@@ -1,7 +1,12 @@
 #include "tzrec/common/fs.h"
 
+#include <fcntl.h>
 #include <glob.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 
@@ -74,16 +79,23 @@ void WriteFileAtomic(const std::string& path, const char* data, size_t size) {
   fs::path target(path);
   if (target.has_parent_path()) MakeDirs(target.parent_path().string());
   std::string tmp = TempSiblingPath(path);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) Fail("cannot write file '", tmp, "'");
-    out.write(data, static_cast<std::streamsize>(size));
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      Fail("failed writing file '", path, "'");
-    }
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) Fail("cannot write file '", tmp, "': ", std::strerror(errno));
+  bool ok = true;
+  for (size_t done = 0; ok && done < size;) {
+    ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  const int write_errno = errno;
+  // Data on disk before the name: after a power loss the file is either the old one or complete.
+  ok = ok && ::fsync(fd) == 0;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    Fail("failed writing file '", path, "': ", std::strerror(write_errno ? write_errno : errno),
+         " (disk full?)");
   }
   std::error_code ec;
   fs::rename(tmp, target, ec);
@@ -91,14 +103,37 @@ void WriteFileAtomic(const std::string& path, const char* data, size_t size) {
     fs::remove(tmp, ec);
     Fail("cannot rename temp file into '", path, "'");
   }
+  SyncDirectory(target.has_parent_path() ? target.parent_path().string() : ".");
+}
+
+void SyncDirectory(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) Fail("cannot open directory '", path, "': ", std::strerror(errno));
+  // Some filesystems (e.g. certain FUSE mounts) do not support fsync on directories.
+  const bool ok = ::fsync(fd) == 0 || errno == EINVAL || errno == ENOTSUP;
+  const int sync_errno = errno;
+  ::close(fd);
+  if (!ok) Fail("cannot sync directory '", path, "': ", std::strerror(sync_errno));
 }
 
 void AppendLine(const std::string& path, const std::string& line) {
-  std::ofstream out(path, std::ios::app | std::ios::binary);
-  if (!out) Fail("cannot open '", path, "' for appending");
-  out << line << '\n';
-  out.flush();
-  if (!out) Fail("failed appending to '", path, "'");
+  // O_NOFOLLOW: a symlink planted under the result file's name must not redirect our writes.
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == ELOOP) Fail("'", path, "' is a symbolic link; not appending through it");
+    Fail("cannot open '", path, "' for appending: ", std::strerror(errno));
+  }
+  const std::string text = line + '\n';
+  bool ok = true;
+  for (size_t done = 0; ok && done < text.size();) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  const int write_errno = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok) Fail("failed appending to '", path, "': ", std::strerror(write_errno ? write_errno : errno));
 }
 
 bool PathExists(const std::string& path) {

@@ -14,14 +14,19 @@ namespace tzrec {
 std::vector<std::string> ExpandInputPaths(const std::string& comma_separated_patterns);
 
 std::string ReadFileToString(const std::string& path);
-// Writes `content` to `path` atomically (temp file + rename).
+// Writes `content` to `path` atomically and durably (temp file, fsync, rename, fsync of the
+// directory).
 void WriteFileAtomic(const std::string& path, const std::string& content);
 void WriteFileAtomic(const std::string& path, const char* data, size_t size);
-// Appends one line (a '\n' is added) and flushes, creating the file if needed.
+// Appends one line (a '\n' is added), creating the file if needed. Refuses to follow a
+// symbolic link at `path`.
 void AppendLine(const std::string& path, const std::string& line);
 
 // This process's resident memory now (/proc/self/statm), or -1 where unavailable.
 int64_t ResidentSetBytes();
+
+// fsync of a directory: makes renames and new entries in it durable.
+void SyncDirectory(const std::string& path);
 
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);

@@ -1,6 +1,8 @@
 #include "tzrec/data/data_position.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "tzrec/common/error.h"
@@ -106,15 +108,32 @@ DataloaderState DataloaderState::FromJson(const std::string& text, const std::st
       if (key.rfind("__", 0) == 0) continue;
       Fail(where, ": '", key, "' must map to an integer row, got ", value.dump());
     }
-    if (key == "__epochs_completed__") {
-      state.epochs_completed_ = value.get<int64_t>();
-    } else if (key == "__tzrec_next_reader__") {
-      state.next_reader_ = value.get<int32_t>();
-    } else if (key == "__tzrec_readers__") {
-      state.readers_ = value.get<int32_t>();
-    } else if (key.rfind("__", 0) != 0) {
-      state.consumed_[key] = value.get<int64_t>();
+    // Unsigned values beyond int64 would wrap; every value here is a count or a row index.
+    if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      Fail(where, ": '", key, "' is out of range: ", value.dump());
     }
+    const int64_t number = value.get<int64_t>();
+    auto in_int32 = [&](int64_t low) {
+      if (number < low || number > INT32_MAX) {
+        Fail(where, ": '", key, "' must be in [", low, ", ", INT32_MAX, "], got ", number);
+      }
+      return static_cast<int32_t>(number);
+    };
+    if (key == "__epochs_completed__") {
+      if (number < 0) Fail(where, ": '", key, "' must be >= 0, got ", number);
+      state.epochs_completed_ = number;
+    } else if (key == "__tzrec_next_reader__") {
+      state.next_reader_ = in_int32(-1);
+    } else if (key == "__tzrec_readers__") {
+      state.readers_ = in_int32(0);
+    } else if (key.rfind("__", 0) != 0) {
+      if (number < 0) Fail(where, ": row of source '", key, "' must be >= 0, got ", number);
+      state.consumed_[key] = number;
+    }
+  }
+  if (state.next_reader_ >= 0 && state.next_reader_ >= std::max<int32_t>(state.readers_, 1)) {
+    Fail(where, ": __tzrec_next_reader__ ", state.next_reader_, " is not one of the ",
+         state.readers_, " readers");
   }
   return state;
 }

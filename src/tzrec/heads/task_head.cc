@@ -214,6 +214,12 @@ void TaskHead::ComputeLosses(const Predictions& predictions, const Batch& batch,
   }
 }
 
+std::vector<std::pair<std::string, LabelDomain>> TaskHead::LabelDomains() const {
+  std::vector<std::pair<std::string, LabelDomain>> out;
+  for (const auto& [name, loss] : losses_) out.emplace_back(name, loss->label_domain());
+  return out;
+}
+
 std::vector<double> TaskHead::ParetoMinWeights() const {
   return std::vector<double>(losses_.size(), spec_.pareto_min_loss_weight);
 }

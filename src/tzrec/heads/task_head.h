@@ -80,6 +80,8 @@ class TaskHead {
   void AddPredictions(const at::Tensor& output, Predictions* out) const;
   // Appends (name, scalar loss) for each configured loss, in config order.
   void ComputeLosses(const Predictions& predictions, const Batch& batch, NamedLosses* out) const;
+  // (loss name, the label values it is defined for) for each configured loss.
+  std::vector<std::pair<std::string, LabelDomain>> LabelDomains() const;
   // Pareto lower bound of each loss of ComputeLosses.
   std::vector<double> ParetoMinWeights() const;
 

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -15,9 +16,10 @@
 namespace tzrec {
 namespace {
 
-// Parses a label or sample-weight column as floats; nulls and non-numbers are errors.
+// Parses a label or sample-weight column as floats; nulls, non-numbers and non-finite values
+// are errors (one NaN would otherwise poison every weight), as are labels outside `range`.
 void ParseFloatColumn(const RecordBatch& records, const std::string& name, const char* what,
-                      std::vector<float>* out) {
+                      const LabelRange* range, std::vector<float>* out) {
   const Column* column = records.Find(name);
   if (!column) Fail(records.source, ": ", what, " column '", name, "' is missing");
   for (size_t row = 0; row < column->size(); ++row) {
@@ -25,17 +27,69 @@ void ParseFloatColumn(const RecordBatch& records, const std::string& name, const
         (column->type == ColumnType::kString && column->StringAt(row).empty())) {
       Fail(records.RowLocation(row), ": ", what, " '", name, "' is null");
     }
+    float value = 0;
     switch (column->type) {
-      case ColumnType::kInt64: out->push_back(static_cast<float>(column->ints[row])); break;
-      case ColumnType::kDouble: out->push_back(static_cast<float>(column->doubles[row])); break;
-      case ColumnType::kString: {
-        float value;
+      case ColumnType::kInt64: value = static_cast<float>(column->ints[row]); break;
+      case ColumnType::kDouble: value = static_cast<float>(column->doubles[row]); break;
+      case ColumnType::kString:
         if (!ParseFloat(column->StringAt(row), &value)) {
           Fail(records.RowLocation(row), ": ", what, " '", name, "': '",
                Printable(column->StringAt(row)), "' is not a number");
         }
-        out->push_back(value);
-      }
+    }
+    if (!std::isfinite(value)) {
+      Fail(records.RowLocation(row), ": ", what, " '", name, "' is ", value,
+           " (labels and weights must be finite)");
+    }
+    if (range && (value < range->min || value > range->max ||
+                  (range->integral && value != std::floor(value)))) {
+      Fail(records.RowLocation(row), ": label '", name, "' is ", value, ", but ",
+           range->required_by, " needs ", range->integral ? "an integer in [" : "a value in [",
+           range->min, ", ", range->max, "]");
+    }
+    out->push_back(value);
+  }
+}
+
+// Row of the `index`-th value of a jagged feature (`lengths` per row; for sequences steps per
+// row and `key_lengths` values per step).
+size_t RowOfValue(const std::vector<int32_t>& lengths, const std::vector<int32_t>* key_lengths,
+                  size_t index) {
+  size_t end = 0, step = 0;
+  for (size_t row = 0; row < lengths.size(); ++row) {
+    if (key_lengths) {
+      for (int32_t s = 0; s < lengths[row] && step < key_lengths->size(); ++s) end += (*key_lengths)[step++];
+    } else {
+      end += lengths[row];
+    }
+    if (index < end) return row;
+  }
+  return lengths.empty() ? 0 : lengths.size() - 1;
+}
+
+[[noreturn]] void FailNonFinite(const RecordBatch& records, size_t row, const std::string& feature,
+                                float value, const char* what) {
+  const std::string location =
+      row < records.line_numbers.size() ? records.RowLocation(row) : records.source;
+  Fail(location, ": feature '", feature, "' has ", what, " ", value,
+       " (non-finite values would poison the weights; fix the data or the feature's expression)");
+}
+
+// Dense values and id weights must be finite: TorchEasyRec's readers pass NaN on silently.
+void CheckFinite(const ParsedBatch& parsed, const RecordBatch& records) {
+  for (const auto& [name, dense] : parsed.dense) {
+    for (size_t i = 0; i < dense.values.size(); ++i) {
+      if (std::isfinite(dense.values[i])) continue;
+      const size_t dim = std::max<int32_t>(1, dense.dim);
+      const size_t row = dense.sequence ? RowOfValue(dense.lengths, nullptr, i / dim) : i / dim;
+      FailNonFinite(records, row, name, dense.values[i], "value");
+    }
+  }
+  for (const auto& [name, sparse] : parsed.sparse) {
+    for (size_t i = 0; i < sparse.weights.size(); ++i) {
+      if (std::isfinite(sparse.weights[i])) continue;
+      const size_t row = RowOfValue(sparse.lengths, sparse.sequence ? &sparse.key_lengths : nullptr, i);
+      FailNonFinite(records, row, name, sparse.weights[i], "id weight");
     }
   }
 }
@@ -117,6 +171,20 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
 
 Dataset::~Dataset() = default;
 
+void Dataset::RequireLabelRange(const std::string& label, const LabelRange& range) {
+  if (std::find(options_.label_fields.begin(), options_.label_fields.end(), label) ==
+      options_.label_fields.end()) {
+    return;  // predict reads no labels
+  }
+  auto [it, inserted] = options_.label_ranges.emplace(label, range);
+  if (inserted) return;
+  LabelRange& merged = it->second;
+  merged.min = std::max(merged.min, range.min);
+  merged.max = std::min(merged.max, range.max);
+  merged.integral = merged.integral || range.integral;
+  merged.required_by += " and " + range.required_by;
+}
+
 std::unique_ptr<ParsedBatchStream> Dataset::Open(int64_t epoch, const DataloaderState* resume) const {
   return std::make_unique<ParsedBatchStream>(this, reader_->Open(epoch, resume), epoch, resume);
 }
@@ -129,11 +197,15 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
   } else {
     for (const Feature* feature : features_) feature->ParseEncoded(records, &parsed);
   }
+  CheckFinite(parsed, records);
   for (const auto& name : options_.label_fields) {
-    ParseFloatColumn(records, name, "label", &parsed.labels[name]);
+    auto range = options_.label_ranges.find(name);
+    ParseFloatColumn(records, name, "label",
+                     range == options_.label_ranges.end() ? nullptr : &range->second,
+                     &parsed.labels[name]);
   }
   for (const auto& name : options_.sample_weight_fields) {
-    ParseFloatColumn(records, name, "sample weight", &parsed.sample_weights[name]);
+    ParseFloatColumn(records, name, "sample weight", nullptr, &parsed.sample_weights[name]);
   }
   for (const auto& name : options_.reserved_columns) {
     const Column* column = records.Find(name);

@@ -19,6 +19,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +39,15 @@ namespace tzrec {
 
 enum class DatasetMode { kTrain, kEval, kPredict };
 
+// What a loss accepts as its label, e.g. [0, 1] for binary cross entropy, class indices for
+// softmax cross entropy. Checked per row by the readers, so the error names file and row.
+struct LabelRange {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool integral = false;
+  std::string required_by;  // e.g. "model_config.deepfm: binary_cross_entropy"
+};
+
 struct DatasetOptions {
   std::string input_path;  // as configured (names Parquet positions)
   std::vector<std::string> files;
@@ -51,6 +62,8 @@ struct DatasetOptions {
   uint64_t seed = 0;
   std::vector<std::string> label_fields;
   std::vector<std::string> sample_weight_fields;
+  // Values a label may take (from the losses reading it); labels are always checked finite.
+  std::map<std::string, LabelRange> label_ranges;
   // Columns passed through as text (ParsedBatch::reserved), e.g. predict's reserved columns.
   std::vector<std::string> reserved_columns;
   size_t prefetch_batches = 4;      // per worker
@@ -80,6 +93,9 @@ class Dataset {
   std::unique_ptr<ParsedBatchStream> Open(int64_t epoch,
                                           const DataloaderState* resume = nullptr) const;
   const DatasetOptions& options() const { return options_; }
+  // Labels outside `range` become errors naming file, row and column (intersected when several
+  // losses read one label). Call before Open.
+  void RequireLabelRange(const std::string& label, const LabelRange& range);
 
   // Parses one chunk of rows (one file's rows) into features, labels, weights and reserves.
   ParsedBatch ParseRecords(const RecordBatch& records) const;

@@ -77,4 +77,25 @@ bool SetActiveCpuKernels(const char* isa) {
   return true;
 }
 
+int64_t FirstNonFinite(const float* values, int64_t n) {
+  constexpr uint32_t kExponent = 0x7f800000u;  // all ones: inf or NaN
+  constexpr int64_t kBlock = 4096;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t end = begin + kBlock < n ? begin + kBlock : n;
+    uint32_t any = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, values + i, sizeof(bits));
+      any |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+    }
+    if (!any) continue;
+    for (int64_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, values + i, sizeof(bits));
+      if ((bits & kExponent) == kExponent) return i;
+    }
+  }
+  return -1;
+}
+
 }  // namespace tzrec

@@ -67,9 +67,13 @@ struct CpuKernels {
 
   // y[r, :] = relu?(y[r, :] + bias) for `rows` rows of `cols` (bias may be null).
   void (*add_bias_relu)(float* y, const float* bias, int64_t rows, int64_t cols, bool relu);
-  // out = y > 0 ? grad : 0.
+  // out = y <= 0 ? 0 : grad (a NaN y passes the gradient, as ATen's threshold_backward).
   void (*relu_mask)(const float* y, const float* grad, float* out, int64_t n);
 };
+
+// Index of the first NaN or +-inf among `n` floats, or -1 when all are finite. A bit test, so
+// it vectorises without fast-math (used on every step's gradients and every saved table).
+int64_t FirstNonFinite(const float* values, int64_t n);
 
 // Floats of scratch the interaction kernels need per calling thread.
 int64_t InteractionScratch(int n, int dim);

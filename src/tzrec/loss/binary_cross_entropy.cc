@@ -20,6 +20,7 @@ class BinaryCrossEntropyLoss : public Loss {
       Fail(ctx.where, ".label_smoothing must be in [0, 1), got ", label_smoothing_);
     }
   }
+  LabelDomain label_domain() const override { return {0.0, 1.0, false}; }
   void AddPredictions(const at::Tensor& output, const std::string& suffix,
                       Predictions* out) const override {
     AddBinaryPredictions(output, suffix, out);

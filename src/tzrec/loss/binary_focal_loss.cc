@@ -24,6 +24,7 @@ class BinaryFocalLoss : public Loss {
     if (gamma_ < 0) Fail(ctx.where, ".gamma must be >= 0, got ", gamma_);
     if (!(alpha_ > 0 && alpha_ < 1)) Fail(ctx.where, ".alpha must be in (0, 1), got ", alpha_);
   }
+  LabelDomain label_domain() const override { return {0.0, 1.0, false}; }
   void AddPredictions(const at::Tensor& output, const std::string& suffix,
                       Predictions* out) const override {
     AddBinaryPredictions(output, suffix, out);

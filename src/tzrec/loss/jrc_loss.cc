@@ -72,6 +72,7 @@ class JrcLoss : public Loss {
       Fail(ctx.where, ".session_name: '", session_name_, "' is not a (non-sequence) sparse feature");
     }
   }
+  LabelDomain label_domain() const override { return {0.0, 1.0, true}; }
   void AddPredictions(const at::Tensor& output, const std::string& suffix,
                       Predictions* out) const override {
     AddSoftmaxPredictions(output, suffix, out);

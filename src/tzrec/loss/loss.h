@@ -17,6 +17,7 @@
 #include <google/protobuf/message.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -36,9 +37,18 @@ struct LossContext {
   std::set<std::string> sparse_features;  // non-sequence sparse features (session ids)
 };
 
+// The labels a loss is defined for; the datasets check them row by row.
+struct LabelDomain {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool integral = false;
+};
+
 class Loss {
  public:
   virtual ~Loss() = default;
+  // Any finite value unless the loss says otherwise.
+  virtual LabelDomain label_domain() const { return {}; }
   // Adds this loss type's predictions of the task output [B, num_class] to `out`.
   virtual void AddPredictions(const at::Tensor& output, const std::string& suffix,
                               Predictions* out) const = 0;

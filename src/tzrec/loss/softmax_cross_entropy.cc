@@ -22,6 +22,7 @@ class SoftmaxCrossEntropyLoss : public Loss {
       Fail(ctx.where, ".label_smoothing must be in [0, 1], got ", label_smoothing_);
     }
   }
+  LabelDomain label_domain() const override { return {0.0, static_cast<double>(num_class_ - 1), true}; }
   void AddPredictions(const at::Tensor& output, const std::string& suffix,
                       Predictions* out) const override {
     AddSoftmaxPredictions(output, suffix, out);

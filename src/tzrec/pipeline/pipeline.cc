@@ -31,9 +31,22 @@ std::vector<const Feature*> Pipeline::FeaturePointers() const {
 std::unique_ptr<Dataset> Pipeline::MakeDataset(const std::string& input_path, DatasetMode dataset_mode,
                                                uint64_t seed, const DistContext* dist,
                                                std::vector<std::string> reserved_columns) const {
-  return std::make_unique<Dataset>(config.data_config(), FeaturePointers(), input_path, dataset_mode,
-                                   seed, generator, dist ? dist->rank() : 0,
-                                   dist ? dist->world_size() : 1, std::move(reserved_columns));
+  auto dataset = std::make_unique<Dataset>(config.data_config(), FeaturePointers(), input_path,
+                                           dataset_mode, seed, generator, dist ? dist->rank() : 0,
+                                           dist ? dist->world_size() : 1, std::move(reserved_columns));
+  if (model) RequireLossLabelDomains(*dataset);
+  return dataset;
+}
+
+void Pipeline::RequireLossLabelDomains(Dataset& dataset) const {
+  TZREC_CHECK(model != nullptr, "the model is built before its label domains are known");
+  for (const auto& head : model->heads()) {
+    for (const auto& [loss, domain] : head->LabelDomains()) {
+      dataset.RequireLabelRange(head->spec().label_name,
+                                {domain.min, domain.max, domain.integral,
+                                 head->spec().where + ": " + loss});
+    }
+  }
 }
 
 std::unique_ptr<Pipeline> BuildFeatures(const protos::EasyRecConfig& config, PipelineMode mode) {

@@ -69,6 +69,9 @@ struct Pipeline {
   std::unique_ptr<Dataset> MakeDataset(const std::string& input_path, DatasetMode mode,
                                        uint64_t seed, const DistContext* dist,
                                        std::vector<std::string> reserved_columns = {}) const;
+  // Makes `dataset` reject labels its losses are not defined for (MakeDataset does this when
+  // the model exists already; datasets made before BuildModel call it after).
+  void RequireLossLabelDomains(Dataset& dataset) const;
 };
 
 // Features and the generator of `config` (cheap, no LibTorch state).

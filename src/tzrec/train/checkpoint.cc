@@ -1,9 +1,9 @@
 #include "tzrec/train/checkpoint.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -23,73 +25,107 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/train/non_finite.h"
+#include "tzrec/train/tensor_archive.h"
 
 namespace tzrec {
 namespace {
 
 constexpr char kPrefix[] = "model.ckpt-";
 
-void WriteTensorDict(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& kv : tensors) {
-    // Pickling a view writes its whole storage: tables are views into one fused buffer.
-    const at::Tensor& t = kv.second;
-    bool owns_storage = t.is_contiguous() && t.storage_offset() == 0 &&
-                        t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size();
-    dict.insert(kv.first, owns_storage ? t : t.clone(at::MemoryFormat::Contiguous));
-  }
-  // The same archive torch::jit::pickle_save builds (and torch.load reads), but streamed to
-  // the file: pickle_save assembles it in memory first, which doubled peak RSS at every save
-  // of a large table.
-  std::vector<char> pickle_bytes;
-  torch::jit::Pickler pickler(
-      [&](const char* data, size_t size) { pickle_bytes.insert(pickle_bytes.end(), data, data + size); },
-      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr);
-  pickler.protocol();
-  pickler.pushIValue(c10::IValue(dict));
-  pickler.stop();
-  std::string tmp = TempSiblingPath(path);
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (!file) Fail("cannot write '", tmp, "'");
-  bool write_failed = false;
-  try {
-    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
-      if (size > 0 && std::fwrite(data, 1, size, file) != size) write_failed = true;
-      return size;
-    });
-    torch::jit::writeArchiveAndTensors("data", pickle_bytes.data(), pickle_bytes.size(),
-                                       pickler.tensorData(), writer);
-    writer.writeEndOfFile();
-  } catch (...) {
-    std::fclose(file);
-    std::remove(tmp.c_str());
-    throw;
-  }
-  if (std::fclose(file) != 0 || write_failed) {
-    std::remove(tmp.c_str());
-    Fail("cannot write '", path, "' (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    Fail("cannot move '", tmp, "' to '", path, "'");
-  }
-}
+// LibTorch's messages carry a C++ backtrace after the first line.
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-std::map<std::string, at::Tensor> ReadTensorDict(const std::string& path) {
-  std::string bytes = ReadFileToString(path);
-  c10::IValue value;
-  try {
-    value = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  } catch (const std::exception& e) {
-    Fail("cannot read checkpoint file '", path, "': ", e.what());
+// Files of a checkpoint being written, with their digests for meta.json.
+class CheckpointFiles {
+ public:
+  explicit CheckpointFiles(std::string dir) : dir_(std::move(dir)) {}
+  const std::string& dir() const { return dir_; }
+  void Tensors(const std::string& relative, const std::map<std::string, at::Tensor>& tensors,
+               int64_t step) {
+    for (const auto& [name, tensor] : tensors) {
+      if (AllFinite(tensor)) continue;
+      // A checkpoint with NaN weights would be resumed from and poison every later run.
+      Fail("not saving the checkpoint of step ", step, ": ", relative, " [", name, "] has ",
+           Describe(CountNonFinite(tensor)), " values");
+    }
+    digests_[relative] = WriteTensorArchive(JoinPath(dir_, relative), tensors);
   }
-  if (!value.isGenericDict()) Fail("checkpoint file '", path, "' is not a tensor dict");
-  std::map<std::string, at::Tensor> out;
-  for (const auto& entry : value.toGenericDict()) {
-    out[entry.key().toStringRef()] = entry.value().toTensor();
+  void Bytes(const std::string& relative, const std::string& bytes) {
+    WriteFileAtomic(JoinPath(dir_, relative), bytes);
+    digests_[relative] = DigestOf(bytes);
   }
-  return out;
-}
+  nlohmann::json Json() const {
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& [name, digest] : digests_) {
+      files[name] = {{"size", digest.size}, {"crc32", digest.crc32}};
+    }
+    return files;
+  }
+
+ private:
+  std::string dir_;
+  std::map<std::string, FileDigest> digests_;
+};
+
+// A checkpoint's files as meta.json lists them (empty for checkpoints without the list: older
+// ones, or from other tools), read back verified.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(std::string path) : path_(std::move(path)) {
+    const std::string meta_file = JoinPath(path_, "meta.json");
+    if (!PathExists(meta_file)) return;
+    nlohmann::json meta;
+    try {
+      meta = nlohmann::json::parse(ReadFileToString(meta_file));
+    } catch (const std::exception& e) {
+      Fail("checkpoint '", path_, "': meta.json is not valid JSON (", e.what(), ")");
+    }
+    if (!meta.is_object()) Fail("checkpoint '", path_, "': meta.json is not a JSON object");
+    if (!meta.contains("files")) return;
+    const auto& files = meta["files"];
+    if (!files.is_object()) Fail("checkpoint '", path_, "': meta.json \"files\" is not an object");
+    for (const auto& [name, entry] : files.items()) {
+      if (!entry.is_object() || !entry.contains("size") || !entry.contains("crc32") ||
+          !entry["size"].is_number_unsigned() || !entry["crc32"].is_number_unsigned()) {
+        Fail("checkpoint '", path_, "': meta.json entry for '", name, "' needs size and crc32");
+      }
+      if (name.find("..") != std::string::npos || (!name.empty() && name[0] == '/')) {
+        Fail("checkpoint '", path_, "': meta.json names a file outside the checkpoint: '", name, "'");
+      }
+      expected_[name] = {entry["size"].get<int64_t>(), entry["crc32"].get<uint32_t>()};
+      const std::string file = JoinPath(path_, name);
+      if (!PathExists(file)) {
+        Fail("checkpoint '", path_, "' is incomplete: ", name, " (listed in its meta.json) is missing");
+      }
+    }
+  }
+  const std::string& path() const { return path_; }
+  bool verified() const { return !expected_.empty(); }
+  bool Has(const std::string& relative) const { return PathExists(JoinPath(path_, relative)); }
+  // The file's bytes, checked against meta.json's size and CRC-32 when listed there.
+  std::string Read(const std::string& relative) const {
+    const std::string file = JoinPath(path_, relative);
+    std::string bytes = ReadFileToString(file);
+    auto it = expected_.find(relative);
+    if (it != expected_.end()) {
+      const FileDigest actual = DigestOf(bytes);
+      if (actual.size != it->second.size || actual.crc32 != it->second.crc32) {
+        Fail("checkpoint file '", file, "' is corrupt: ", actual.size, " bytes with CRC-32 ",
+             actual.crc32, ", but meta.json recorded ", it->second.size, " bytes with CRC-32 ",
+             it->second.crc32);
+      }
+    }
+    return bytes;
+  }
+  std::map<std::string, at::Tensor> Tensors(const std::string& relative) const {
+    return ParseTensorArchive(Read(relative), JoinPath(path_, relative));
+  }
+
+ private:
+  std::string path_;
+  std::map<std::string, FileDigest> expected_;
+};
 
 // Name -> tensor of the model's dense state.
 std::map<std::string, at::Tensor> DenseTensors(Model& model) {
@@ -167,38 +203,39 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
   std::string tmp = TempSiblingPath(final_path);
   MakeDirs(tmp);
   try {
-    WriteTensorDict(JoinPath(tmp, "model.pt"), DenseTensors(*state.model));
+    CheckpointFiles files(tmp);
+    files.Tensors("model.pt", DenseTensors(*state.model), step);
     MakeDirs(JoinPath(tmp, "embedding"));
     collection.VisitTableStates(true, [&](const std::string& table, const std::map<std::string, at::Tensor>& tensors) {
-      WriteTensorDict(JoinPath(JoinPath(tmp, "embedding"), TableFileName(table)), tensors);
+      files.Tensors("embedding/" + TableFileName(table), tensors, step);
     });
+    SyncDirectory(JoinPath(tmp, "embedding"));
     if (state.dense_optimizer) {
       torch::serialize::OutputArchive archive;
       state.dense_optimizer->save(archive);
       std::ostringstream bytes;
       archive.save_to(bytes);
-      WriteFileAtomic(JoinPath(tmp, "dense_optimizer.pt"), bytes.str());
+      files.Bytes("dense_optimizer.pt", bytes.str());
     }
     {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
-      WriteTensorDict(JoinPath(tmp, "train_state.pt"),
-                      {{"rng_state", gen.get_state()},
-                       {"sparse_optimizer_step",
-                        at::scalar_tensor(state.sparse_optimizer ? state.sparse_optimizer->step() : 0,
-                                          at::TensorOptions().dtype(at::kLong))}});
+      files.Tensors("train_state.pt",
+                    {{"rng_state", gen.get_state()},
+                     {"sparse_optimizer_step",
+                      at::scalar_tensor(state.sparse_optimizer ? state.sparse_optimizer->step() : 0,
+                                        at::TensorOptions().dtype(at::kLong))}},
+                    step);
     }
-    if (state.sharding_plan_json) {
-      WriteFileAtomic(JoinPath(tmp, "plan.json"), *state.sharding_plan_json);
-    }
-    if (state.dataloader_state) {
-      WriteFileAtomic(JoinPath(tmp, DataloaderState::kFileName), state.dataloader_state->ToJson());
-    }
-    nlohmann::json meta = {{"format", "tzrec-cpp-checkpoint/1"}, {"global_step", step}};
+    if (state.sharding_plan_json) files.Bytes("plan.json", *state.sharding_plan_json);
+    if (state.dataloader_state) files.Bytes(DataloaderState::kFileName, state.dataloader_state->ToJson());
+    nlohmann::json meta = {{"format", "tzrec-cpp-checkpoint/1"}, {"global_step", step},
+                           {"files", files.Json()}};
     WriteFileAtomic(JoinPath(tmp, "meta.json"), meta.dump() + "\n");
     if (std::rename(tmp.c_str(), final_path.c_str()) != 0) {
       Fail("cannot move checkpoint into place at '", final_path, "'");
     }
+    SyncDirectory(model_dir);
   } catch (...) {
     RemoveAll(tmp);
     throw;
@@ -207,18 +244,26 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
   if (keep_checkpoint_max > 0) {
     auto all = ListCheckpoints(model_dir);
     for (size_t i = 0; i + keep_checkpoint_max < all.size(); ++i) {
-      RemoveAll(all[i].path);
+      // Out of sight first: a crash during the removal leaves a hidden temp directory (removed
+      // at the next start), never a half-deleted model.ckpt-N that looks like a checkpoint.
+      const std::string doomed = TempSiblingPath(all[i].path);
+      if (std::rename(all[i].path.c_str(), doomed.c_str()) != 0) {
+        LOG_WARNING << "cannot remove old checkpoint " << all[i].path << ": " << std::strerror(errno);
+        continue;
+      }
+      RemoveAll(doomed);
       LOG_INFO << "Removed old checkpoint " << all[i].path;
     }
   }
   return final_path;
 }
 
-std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& checkpoint_path) {
-  std::string model_file = JoinPath(checkpoint_path, "model.pt");
-  if (!PathExists(model_file)) Fail("checkpoint '", checkpoint_path, "' has no model.pt");
-  auto tensors = ReadTensorDict(model_file);
-  std::string embedding_dir = JoinPath(checkpoint_path, "embedding");
+namespace {
+
+std::map<std::string, at::Tensor> LoadTensors(const CheckpointReader& reader) {
+  if (!reader.Has("model.pt")) Fail("checkpoint '", reader.path(), "' has no model.pt");
+  auto tensors = reader.Tensors("model.pt");
+  std::string embedding_dir = JoinPath(reader.path(), "embedding");
   if (IsDirectory(embedding_dir)) {
     for (const auto& file : ListDirectory(embedding_dir)) {
       if (!EndsWith(file, ".pt")) continue;
@@ -226,14 +271,16 @@ std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& check
       std::string table;
       std::string stem = file.substr(0, file.size() - 3);
       for (size_t i = 0; i < stem.size(); ++i) {
-        if (stem[i] == '%' && i + 2 < stem.size()) {
-          table += static_cast<char>(std::stoi(stem.substr(i + 1, 2), nullptr, 16));
+        int code = 0;
+        if (stem[i] == '%' && i + 2 < stem.size() &&
+            std::sscanf(stem.substr(i + 1, 2).c_str(), "%2x", &code) == 1) {
+          table += static_cast<char>(code);
           i += 2;
         } else {
           table += stem[i];
         }
       }
-      for (auto& kv : ReadTensorDict(JoinPath(embedding_dir, file))) {
+      for (auto& kv : reader.Tensors("embedding/" + file)) {
         std::string key = "embedding_group." + table + ".weight";
         tensors[kv.first == "weight" ? key : key + "." + kv.first] = kv.second;
       }
@@ -242,20 +289,79 @@ std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& check
   return tensors;
 }
 
+// The dense optimizer's state tensors (LibTorch's archive) checked like the others: inside
+// their storages, the shape of their parameter, finite.
+void ValidateDenseOptimizerState(torch::optim::Optimizer& optimizer, const std::string& file) {
+  // LibTorch keys the state by the printed address of the parameter's TensorImpl.
+  std::map<std::string, at::Tensor> params;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) params[c10::guts::to_string(p.unsafeGetTensorImpl())] = p;
+  }
+  for (const auto& [key, state] : optimizer.state()) {
+    auto param = params.find(key);
+    if (param == params.end()) Fail("'", file, "': optimizer state for an unknown parameter");
+    std::vector<std::pair<const char*, at::Tensor>> tensors;
+    if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(state.get())) {
+      tensors = {{"exp_avg", adam->exp_avg()}, {"exp_avg_sq", adam->exp_avg_sq()},
+                 {"max_exp_avg_sq", adam->max_exp_avg_sq()}};
+    } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {
+      tensors = {{"exp_avg", adamw->exp_avg()}, {"exp_avg_sq", adamw->exp_avg_sq()},
+                 {"max_exp_avg_sq", adamw->max_exp_avg_sq()}};
+    } else if (auto* adagrad = dynamic_cast<torch::optim::AdagradParamState*>(state.get())) {
+      tensors = {{"sum", adagrad->sum()}};
+    } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
+      tensors = {{"momentum_buffer", sgd->momentum_buffer()}};
+    } else {
+      Fail("'", file, "': unexpected optimizer state type");
+    }
+    for (const auto& [name, tensor] : tensors) {
+      if (!tensor.defined()) continue;
+      const std::string what = StrCat("'", file, "' state ", name);
+      ValidateTensorStorage(tensor, what);
+      if (tensor.sizes() != param->second.sizes()) {
+        Fail(what, " has shape ", tensor.sizes(), " but its parameter has ", param->second.sizes());
+      }
+      if (!AllFinite(tensor)) Fail(what, " has ", Describe(CountNonFinite(tensor)), " values");
+    }
+  }
+}
+
+}  // namespace
+
+std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& checkpoint_path) {
+  return LoadTensors(CheckpointReader(checkpoint_path));
+}
+
 void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& state,
                        const RestoreOptions& options) {
-  auto saved = LoadCheckpointTensors(checkpoint_path);
+  CheckpointReader reader(checkpoint_path);
+  if (!reader.verified()) {
+    LOG_INFO << "Checkpoint " << checkpoint_path << " lists no file checksums (not written by "
+             << "tzrec-cpp, or by an older version): its files are read unverified";
+  }
+  auto saved = LoadTensors(reader);
+  for (const auto& [name, tensor] : saved) {
+    if (!AllFinite(tensor)) {
+      Fail("checkpoint '", checkpoint_path, "': [", name, "] has ", Describe(CountNonFinite(tensor)),
+           " values; these weights cannot be evaluated or trained from");
+    }
+  }
   c10::NoGradGuard no_grad;
   size_t restored = 0;
+  std::vector<std::string> missing;
   auto restore = [&](const std::string& name, at::Tensor target, bool warn) {
     auto it = saved.find(name);
     if (it == saved.end()) {
-      if (warn) LOG_WARNING << "Skip restore state [" << name << "]: not in " << checkpoint_path;
+      if (warn) missing.push_back(name);
       return;
     }
     if (it->second.sizes() != target.sizes()) {
       Fail("checkpoint '", checkpoint_path, "': state [", name, "] has shape ",
            it->second.sizes(), " but the model needs ", target.sizes());
+    }
+    if (it->second.scalar_type() != target.scalar_type()) {
+      Fail("checkpoint '", checkpoint_path, "': state [", name, "] is ", it->second.scalar_type(),
+           " but the model needs ", target.scalar_type());
     }
     target.copy_(it->second);
     ++restored;
@@ -275,29 +381,55 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
   }
   restored += state.model->embedding_collection().RestoreTables(
       tables, options.restore_optimizer, "checkpoint '" + checkpoint_path + "'",
-      [&](const std::string& what) {
-        LOG_WARNING << "Skip restore state [embedding table " << what << "]: not in " << checkpoint_path;
-      });
+      [&](const std::string& what) { missing.push_back("embedding table " + what); });
+  for (const std::string& name : missing) {
+    if (options.require_all) {
+      // Continuing a run: a state that is not there would silently restart from random init.
+      Fail("checkpoint '", checkpoint_path, "' has no state [", name,
+           "] (a file of it is missing, or the model changed since it was written)");
+    }
+    LOG_WARNING << "Skip restore state [" << name << "]: not in " << checkpoint_path;
+  }
   LOG_INFO << "Restored " << restored << " tensors from " << checkpoint_path;
-  if (options.restore_optimizer) {
-    std::string dense_file = JoinPath(checkpoint_path, "dense_optimizer.pt");
-    if (state.dense_optimizer && PathExists(dense_file)) {
-      torch::serialize::InputArchive archive;
-      archive.load_from(dense_file);
-      state.dense_optimizer->load(archive);
+  if (options.restore_optimizer && state.dense_optimizer) {
+    const std::string dense_file = JoinPath(checkpoint_path, "dense_optimizer.pt");
+    if (reader.Has("dense_optimizer.pt")) {
+      std::istringstream bytes(reader.Read("dense_optimizer.pt"));
+      try {
+        torch::serialize::InputArchive archive;
+        archive.load_from(bytes);
+        state.dense_optimizer->load(archive);
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        Fail("cannot read the dense optimizer state '", dense_file, "': ",
+             FirstLine(e.what()));
+      }
+      ValidateDenseOptimizerState(*state.dense_optimizer, dense_file);
+    } else if (options.require_all) {
+      Fail("checkpoint '", checkpoint_path, "' has no dense_optimizer.pt (use ",
+           "--ignore_restore_optimizer to continue without the optimizer state)");
     }
   }
-  std::string state_file = JoinPath(checkpoint_path, "train_state.pt");
-  if (options.restore_rng && PathExists(state_file)) {
-    auto train_state = ReadTensorDict(state_file);
+  const std::string state_file = JoinPath(checkpoint_path, "train_state.pt");
+  if (options.restore_rng && reader.Has("train_state.pt")) {
+    auto train_state = reader.Tensors("train_state.pt");
     auto it = train_state.find("rng_state");
     if (it != train_state.end()) {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(it->second);
+      try {
+        gen.set_state(it->second);
+      } catch (const std::exception& e) {
+        Fail("'", state_file, "': rng_state is not a CPU generator state: ", FirstLine(e.what()));
+      }
     }
     auto step = train_state.find("sparse_optimizer_step");
     if (step != train_state.end() && state.sparse_optimizer && options.restore_optimizer) {
+      if (step->second.numel() != 1 || step->second.scalar_type() != at::kLong ||
+          step->second.item<int64_t>() < 0) {
+        Fail("'", state_file, "': sparse_optimizer_step must be one non-negative int64");
+      }
       state.sparse_optimizer->set_step(step->second.item<int64_t>());
     }
   }

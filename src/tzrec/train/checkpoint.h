@@ -8,9 +8,10 @@
 //                       at a time so saving needs at most one table's worth of extra memory
 //   dense_optimizer.pt  LibTorch optimizer archive of the dense optimizer
 //   train_state.pt      torch CPU generator state and the sparse optimizer step count
-//   meta.json           {"format": ..., "global_step": step}
-// A checkpoint is written into a hidden temp directory and renamed into place, so a crash
-// never leaves a half checkpoint that looks complete.
+//   meta.json           {"format": ..., "global_step": step, "files": {name: {size, crc32}}}
+// A checkpoint is written into a hidden temp directory (every file and the directory fsync'ed)
+// and renamed into place, so neither a crash nor a power loss leaves a half checkpoint that
+// looks complete; one with a NaN or inf weight is never written.
 #pragma once
 
 #include "tzrec/data/data_position.h"
@@ -57,13 +58,18 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
 struct RestoreOptions {
   bool restore_optimizer = true;
   bool restore_rng = true;
+  // --continue_train: every state the model has must be in the checkpoint (a missing table
+  // file is an error, not a silent re-initialisation). Fine-tuning only warns.
+  bool require_all = false;
 };
 // Every tensor of a checkpoint by logical name: dense ones by module path, tables as
 // "embedding_group.<table>.weight" and their optimizer state as "...weight.<state>".
 std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& checkpoint_path);
 
-// Restores weights (missing tensors are skipped with a warning; a shape mismatch is an
-// error) and, when asked and present, optimizer and RNG state.
+// Restores weights (missing tensors are skipped with a warning unless require_all; a shape or
+// dtype mismatch is an error) and, when asked and present, optimizer and RNG state. Files
+// listed in meta.json are verified (size, CRC-32) before they are parsed, every tensor record
+// is bounds-checked, and non-finite weights are an error.
 void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& state,
                        const RestoreOptions& options);
 

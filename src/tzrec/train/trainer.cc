@@ -4,7 +4,10 @@
 #include <torch/optim/optimizer.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "tzrec/common/error.h"
@@ -14,12 +17,15 @@
 #include "tzrec/batch/batch_stream.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/config/supported_fields.h"
 #include "tzrec/dist/data_parallel.h"
 #include "tzrec/optim/dense_optimizer.h"
 #include "tzrec/train/checkpoint.h"
+#include "tzrec/train/model_dir.h"
+#include "tzrec/train/non_finite.h"
 #include "tzrec/train/runtime.h"
 #include "tzrec/version.h"
 
@@ -67,6 +73,30 @@ std::string FormatMetrics(const std::map<std::string, double>& metrics) {
     text += buf;
   }
   return text;
+}
+
+// global_step of every line of a train_eval result file (missing file: none).
+std::set<int64_t> EvaluatedSteps(const std::string& result_file) {
+  std::set<int64_t> steps;
+  if (!PathExists(result_file)) return steps;
+  std::istringstream lines(ReadFileToString(result_file));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && json.contains("global_step") && json["global_step"].is_number_integer()) {
+      steps.insert(json["global_step"].get<int64_t>());
+    }
+  }
+  return steps;
+}
+
+// --eval_result_filename is a name inside model_dir: nothing is written elsewhere.
+void CheckResultFileName(const std::string& name) {
+  if (name.empty()) return;
+  if (name[0] == '/') Fail("--eval_result_filename: '", name, "' must be relative to model_dir");
+  for (const auto& part : Split(name, "/")) {
+    if (part == "..") Fail("--eval_result_filename: '", name, "' must not contain '..'");
+  }
 }
 
 void CheckTrainConfig(const protos::TrainConfig& train) {
@@ -122,9 +152,13 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   Predictions predictions = model.Predict(batch);
   NamedLosses losses = model.ComputeLosses(predictions, batch);
   at::Tensor total = model.TotalLoss(losses);
+  // Before backward: the sparse optimizer updates table rows inside it, so this is the last
+  // moment a poisoned step can be stopped with nothing touched.
+  CheckFiniteLoss(total, losses, step);
   for (auto& p : dense_params_) p.mutable_grad().reset();
   total.backward();
   if (dist_ && dist_->distributed()) AllReduceDenseGradients(*dist_->pg, dense_params_);
+  CheckFiniteGradients(step);
   pipeline_->dense_optimizer->step();
   // Table rows were already updated inside backward; this advances Adam's step count.
   pipeline_->sparse_optimizer->FinishStep();
@@ -136,6 +170,28 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   for (auto& [name, loss] : losses) result.losses.emplace_back(name, loss.detach());
   result.total = total.detach();
   return result;
+}
+
+void Trainer::CheckFiniteLoss(const at::Tensor& total, const NamedLosses& losses, int64_t step) const {
+  const double value = total.item<double>();
+  if (std::isfinite(value)) return;
+  std::string parts;
+  for (const auto& [name, loss] : losses) parts += StrCat(parts.empty() ? "" : ", ", name, " ", loss.item<double>());
+  Fail("step ", step, ": the loss is ", value, " (", parts, "); training stopped before this step ",
+       "changed any weight, and no checkpoint was written for it. Usual causes: a learning rate ",
+       "too large for the model (dense lr ", DenseLearningRate(*pipeline_->dense_optimizer),
+       ", sparse lr ", pipeline_->sparse_optimizer->lr(), ") or extreme input values.");
+}
+
+void Trainer::CheckFiniteGradients(int64_t step) const {
+  const auto& named = pipeline_->model->named_parameters();
+  for (const auto& item : named) {
+    const at::Tensor& grad = item.value().grad();
+    if (AllFinite(grad)) continue;
+    Fail("step ", step, ": the gradient of ", item.key(), " has non-finite values (",
+         Describe(CountNonFinite(grad)), ") although the loss is finite; training stopped before the dense weights were ",
+         "updated, and no checkpoint was written for this step.");
+  }
 }
 
 Trainer::LossValues Trainer::GlobalLosses(const StepResult& local) const {
@@ -227,6 +283,8 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     eval_data = pipeline->MakeDataset(config.eval_input_path(), DatasetMode::kEval, data_seed, dist.get());
   }
   BuildModel(pipeline.get(), dist.get());
+  pipeline->RequireLossLabelDomains(*train_data);
+  if (eval_data) pipeline->RequireLossLabelDomains(*eval_data);
   // Tables are initialised from the same default seed on every rank; dense parameters are
   // copied from rank 0 as well, so all ranks start identical.
   if (dist->distributed()) BroadcastParameters(*dist->pg, pipeline->model->parameters());
@@ -235,6 +293,15 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     return TrainingState{pipeline->model.get(), pipeline->sparse_optimizer.get(),
                          pipeline->dense_optimizer.get()};
   };
+
+  // After every check that needs no files, so a bad config creates nothing. Rank 0 writes
+  // everything in model_dir; it holds the lock for the whole run, and what interrupted saves
+  // of earlier runs left there goes.
+  std::unique_ptr<ModelDirLock> model_dir_lock;
+  if (chief) {
+    model_dir_lock = std::make_unique<ModelDirLock>(model_dir);
+    RemoveInterruptedSaves(model_dir);
+  }
 
   // Restore point: fine-tune checkpoint (weights only), overridden by the latest checkpoint of
   // model_dir with --continue_train.
@@ -275,6 +342,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     RestoreOptions restore;
     restore.restore_optimizer = !fine_tune && !options.ignore_restore_optimizer;
     restore.restore_rng = !fine_tune;
+    restore.require_all = !fine_tune;
     LOG_INFO << (fine_tune ? "Fine-tuning from " : "Continuing from ") << restore_from->path;
     RestoreCheckpoint(restore_from->path, training_state(), restore);
   }
@@ -295,6 +363,15 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   const std::string result_file = JoinPath(model_dir, kTrainEvalResultFile);
 
   int64_t last_saved = -1;
+  if (skip_steps >= 0) {
+    last_saved = skip_steps;
+    // Killed between the save and its evaluation: evaluate the checkpoint we continue from.
+    if (eval_data && !EvaluatedSteps(result_file).count(skip_steps)) {
+      LOG_INFO << "Checkpoint " << restore_from->path << " was never evaluated; evaluating it first";
+      trainer.Evaluate(*eval_data, skip_steps, resume_data_position ? data_state.epochs_completed() : -1,
+                       result_file);
+    }
+  }
   auto save_and_eval = [&](int64_t step, int64_t epoch) {
     if (step < 0 || step == last_saved) return;
     TrainingState state = training_state();
@@ -412,10 +489,12 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   std::unique_ptr<Dataset> eval_data =
       pipeline->MakeDataset(config.eval_input_path(), DatasetMode::kEval, DataSeed(), dist.get());
   BuildModel(pipeline.get(), dist.get());
+  pipeline->RequireLossLabelDomains(*eval_data);
   RestoreOptions restore;
   restore.restore_optimizer = false;
   restore.restore_rng = false;
   RestoreCheckpoint(ckpt->path, TrainingState{pipeline->model.get(), nullptr, nullptr}, restore);
+  CheckResultFileName(options.eval_result_filename);
   std::string result_file;
   if (!options.eval_result_filename.empty()) {
     result_file = JoinPath(config.model_dir(), options.eval_result_filename);

@@ -80,6 +80,10 @@ class Trainer {
   int RanksWithBatch(bool has_batch) const;
 
  private:
+  // Stop a step that went non-finite, naming the step and its losses / the parameter.
+  void CheckFiniteLoss(const at::Tensor& total, const NamedLosses& losses, int64_t step) const;
+  void CheckFiniteGradients(int64_t step) const;
+
   Pipeline* pipeline_;
   DistContext* dist_;
   std::vector<at::Tensor> dense_params_;
