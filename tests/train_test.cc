@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "train_test_util.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
@@ -19,28 +20,13 @@
 namespace tzrec {
 namespace {
 
+using testing::DeterministicRuntime;
+using testing::LoadModelFile;
+using testing::ReadJsonLines;
+using testing::Shell;
+using testing::SmallOptions;
 using testing::TempDir;
-
-std::string Shell(const std::string& command, int* exit_code) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  int status = pclose(pipe);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return output;
-}
-
-std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  }
-  return lines;
-}
+using testing::WriteSmallConfig;
 
 TEST(TrainEvalCli, TrainsDeepFMCloseToTheOracleAndWritesModelDir) {
   TempDir dir;
@@ -115,72 +101,6 @@ TEST(TrainEvalCli, TrainsDeepFMCloseToTheOracleAndWritesModelDir) {
   out = Shell(bin + " train_eval --help", &code);
   EXPECT_EQ(code, 0);
   EXPECT_NE(out.find("--continue_train"), std::string::npos);
-}
-
-// Small fast config for in-process training runs.
-std::string WriteSmallConfig(const TempDir& dir, const std::string& dataset_type = "CsvDataset") {
-  std::string text = R"(
-    model_dir: "unused"
-    train_config {
-      sparse_optimizer { adagrad_optimizer { lr: 0.05 } constant_learning_rate {} }
-      dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} }
-      num_steps: 20
-      save_checkpoints_steps: 10
-      log_step_count_steps: 5
-      use_tensorboard: false
-    }
-    data_config { batch_size: 64 dataset_type: CsvDataset with_header: true label_fields: "label"
-                  num_workers: 2 shuffle: true shuffle_buffer_size: 4 }
-    feature_configs { raw_feature { feature_name: "x" } }
-    feature_configs { id_feature { feature_name: "c0" num_buckets: 50 embedding_dim: 4 } }
-    feature_configs { id_feature { feature_name: "c1" num_buckets: 30 embedding_dim: 4 pooling: "mean" } }
-    model_config {
-      feature_groups { group_name: "wide" feature_names: ["c0", "c1"] group_type: WIDE }
-      feature_groups { group_name: "fm" feature_names: ["c0", "c1"] }
-      feature_groups { group_name: "deep" feature_names: ["x", "c0", "c1"] }
-      deepfm { deep { hidden_units: [16, 8] dropout_ratio: 0.1 } final { hidden_units: [4] } }
-      losses { binary_cross_entropy {} }
-      metrics { auc {} }
-    })";
-  const size_t at = text.find("CsvDataset");
-  text.replace(at, std::string("CsvDataset").size(), dataset_type);
-  std::string path = dir.File("small.config");
-  testing::WriteFile(path, text);
-  auto config = LoadPipelineConfig(path);
-  GenDataOptions options;
-  options.output_dir = dir.File("data");
-  options.train_rows = 1000;  // 16 batches of 64 per pass: step mode crosses an epoch boundary
-  options.eval_rows = 300;
-  options.num_files = 2;
-  GenerateMockData(config, options);
-  return path;
-}
-
-TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
-                              const std::string& model_dir) {
-  TrainEvalOptions options;
-  options.pipeline_config_path = config;
-  options.model_dir = model_dir;
-  options.train_input_path = dir.File("data/train/*.csv");
-  options.eval_input_path = dir.File("data/eval/*.csv");
-  return options;
-}
-
-std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
-  auto all = LoadCheckpointTensors(checkpoint);
-  // Weights only: drop the optimizer state entries of tables.
-  for (auto it = all.begin(); it != all.end();) {
-    bool is_state = it->first.rfind("embedding_group.", 0) == 0 &&
-                    it->first.size() > 7 && it->first.substr(it->first.size() - 7) != ".weight";
-    it = is_state ? all.erase(it) : std::next(it);
-  }
-  return all;
-}
-
-void DeterministicRuntime() {
-  setenv("TORCH_MANUAL_SEED", "11", 1);
-  setenv("USE_DETERMINISTIC_ALGORITHMS", "1", 1);
-  InitRuntime();
 }
 
 TEST(Training, ResumeGivesTheSameWeightsAsAnUninterruptedRun) {

@@ -1,0 +1,33 @@
+// Helpers of the training tests: a small fast config with generated data, options for it,
+// checkpoint weights, a deterministic runtime, and running a shell command.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "tzrec/train/trainer.h"
+
+namespace tzrec {
+namespace testing {
+
+// Runs `command` with stderr merged into the output; sets the exit code (-1 when signalled).
+std::string Shell(const std::string& command, int* exit_code);
+std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
+
+// A small DeepFM config (20 steps of 64, checkpoints every 10) written to dir/small.config,
+// with generated data under dir/data (1000 train rows in 2 files, 300 eval rows).
+std::string WriteSmallConfig(const TempDir& dir, const std::string& dataset_type = "CsvDataset");
+TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
+                              const std::string& model_dir);
+// The weights of a checkpoint (table optimizer state left out).
+std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint);
+// Seeded, deterministic algorithms (bit-identical reruns).
+void DeterministicRuntime();
+
+}  // namespace testing
+}  // namespace tzrec
