@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <random>
 
 #include "test_util.h"
@@ -134,6 +135,56 @@ TEST(FusedEmbedding, MatchesReferenceTwinForEveryOptimizer) {
   }
   });
   at::set_num_threads(threads);
+}
+
+// Non-finite values go through the fused kernels as through the reference twin: a NaN row
+// and an inf id weight poison exactly the same outputs, and an inf gradient the same rows
+// and optimizer state, for every optimizer (with and without gradient clipping).
+TEST(FusedEmbedding, NonFiniteValuesMatchTheReferenceTwin) {
+  testing::ForEachCpuIsa([] {
+    std::mt19937 rng(11);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    for (const auto& spec : AllSpecs()) {
+      for (int dim : {4, 16, 19}) {
+        SCOPED_TRACE(::testing::Message() << spec.Name() << " dim " << dim << " clip "
+                                          << spec.gradient_clipping);
+        torch::manual_seed(dim);
+        SparseOptimizer optimizer(spec);
+        EmbeddingStorage fused(dim, &optimizer), reference(dim, &optimizer);
+        EmbeddingTable* fused_table = fused.AddTable("t", 20, true);
+        EmbeddingTable* reference_table = reference.AddTable("t", 20, true);
+        fused.Allocate();
+        reference.Allocate();
+        fused_table->weight()[3][1] = nan;
+        fused_table->weight()[5][0] = inf;
+        reference.tensor().copy_(fused.tensor());
+        const int64_t bags = 64;
+        std::vector<RandomLookup> lookups = {MakeLookup(rng, 0, 20, bags, false),
+                                             MakeLookup(rng, 0, 20, bags, true, /*weighted=*/true)};
+        lookups[1].weights[2] = inf;
+        const int64_t width = static_cast<int64_t>(lookups.size()) * dim;
+        at::Tensor out_fused = torch::empty({bags, width}), out_reference = torch::empty({bags, width});
+        FusedKernels().forward(fused.data(), fused.row_width(), dim, Args(lookups, {fused_table}), bags,
+                               out_fused.data_ptr<float>());
+        ReferenceKernels().forward(reference.data(), reference.row_width(), dim,
+                                   Args(lookups, {reference_table}), bags, out_reference.data_ptr<float>());
+        EXPECT_GT(torch::isnan(out_fused).sum().item<int64_t>(), 0);
+        EXPECT_TRUE(torch::equal(torch::isnan(out_fused), torch::isnan(out_reference)));
+        EXPECT_TRUE(torch::allclose(out_fused, out_reference, 1e-5, 1e-5, /*equal_nan=*/true));
+        at::Tensor grad = torch::randn({bags, width});
+        grad[1][0] = inf;
+        grad[4][dim - 1] = nan;
+        FusedKernels().backward_update(&fused, Args(lookups, {fused_table}), bags,
+                                       grad.data_ptr<float>(), 1);
+        ReferenceKernels().backward_update(&reference, Args(lookups, {reference_table}), bags,
+                                           grad.data_ptr<float>(), 1);
+        EXPECT_TRUE(torch::equal(torch::isnan(fused.tensor()), torch::isnan(reference.tensor())));
+        EXPECT_TRUE(torch::equal(torch::isinf(fused.tensor()), torch::isinf(reference.tensor())));
+        EXPECT_TRUE(torch::allclose(fused.tensor(), reference.tensor(), 1e-5, 1e-5, /*equal_nan=*/true));
+      }
+    }
+  });
 }
 
 // Through autograd: SGD with lr 1 moves each row by exactly its gradient, which must equal

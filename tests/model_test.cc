@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
+
 #include <random>
 
 #include "model_test_util.h"
@@ -151,6 +153,45 @@ TEST(PairwiseInteraction, GradientMatchesAtenAndFiniteDifferences) {
         minus.view(-1)[i] -= 1e-2f;
         EXPECT_NEAR((loss(plus) - loss(minus)) / 2e-2, x.grad().view(-1)[i].item<double>(),
                     2e-2);
+      }
+    }
+  });
+}
+
+// NaN and inf inputs poison the same pairs as ATen's bmm, and the same input gradients as the
+// definition dx_i = sum_{j != i} g_ij x_j. (ATen's bmm backward also multiplies the zero
+// gradients of the diagonal and lower triangle by the inputs, so 0 * inf adds NaNs the true
+// gradient does not have; the loss is non-finite either way.)
+TEST(PairwiseInteraction, PropagatesNonFiniteValuesLikeAten) {
+  testing::ForEachCpuIsa([] {
+    for (auto [n, dim] : {std::pair<int64_t, int64_t>{5, 4}, {27, 16}}) {
+      SCOPED_TRACE(n);
+      torch::manual_seed(5);
+      at::Tensor base = torch::randn({9, n, dim});
+      base[2][1][0] = std::numeric_limits<float>::quiet_NaN();
+      base[6][n - 1][dim - 1] = std::numeric_limits<float>::infinity();
+      const int64_t pairs = n * (n - 1) / 2;
+      at::Tensor upstream = torch::randn({9, pairs});
+      at::Tensor x = base.clone().requires_grad_(true);
+      at::Tensor out = PairwiseInteraction(x);
+      (out * upstream).sum().backward();
+      at::Tensor idx = torch::triu_indices(n, n, 1);
+      at::Tensor ref = torch::bmm(base, base.transpose(1, 2)).index({torch::indexing::Slice(), idx[0], idx[1]});
+      at::Tensor ref_grad = torch::zeros_like(base);
+      int64_t column = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = i + 1; j < n; ++j, ++column) {
+          at::Tensor g = upstream.select(1, column).unsqueeze(1);
+          ref_grad.select(1, i) += g * base.select(1, j);
+          ref_grad.select(1, j) += g * base.select(1, i);
+        }
+      }
+      EXPECT_GT(torch::isnan(out).sum().item<int64_t>(), 0);
+      EXPECT_GT(torch::isnan(x.grad()).sum().item<int64_t>(), 0);
+      for (auto [a, b] : {std::pair<at::Tensor, at::Tensor>{out.detach(), ref}, {x.grad(), ref_grad}}) {
+        EXPECT_TRUE(torch::equal(torch::isnan(a), torch::isnan(b)));
+        EXPECT_TRUE(torch::equal(torch::isinf(a), torch::isinf(b)));
+        EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4, /*equal_nan=*/true));
       }
     }
   });

@@ -56,7 +56,8 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
     float* w = storage->data() + row * storage->row_width();
     float* state = w + dim;
     if (spec.gradient_clipping) {
-      for (float& x : g) x = std::fmin(spec.max_gradient, std::fmax(-spec.max_gradient, x));
+      // Comparisons, not fmin/fmax: NaN stays NaN (as torch.clamp), never clipped into range.
+      for (float& x : g) x = x > spec.max_gradient ? spec.max_gradient : (x < -spec.max_gradient ? -spec.max_gradient : x);
     }
     if (spec.kind == Kind::kSgd) {
       for (int d = 0; d < dim; ++d) w[d] = w[d] - spec.lr * g[d];
