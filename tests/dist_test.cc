@@ -396,6 +396,33 @@ TEST(Distributed, KilledRankEndsTheTrainingJob) {
   EXPECT_LT(run.seconds, 40.0) << run.output;
 }
 
+// A hung rank (SIGSTOP: alive, silent): the job ends after the collective timeout, and the
+// error names the stopped rank (from its missing heartbeats), not the rank that noticed.
+TEST(Distributed, AHungRankIsNamedWhenTheJobTimesOut) {
+  testing::TempDir dir;
+  const std::string config = testing::SourceDir() + "/examples/deepfm_mock.config";
+  auto data = MockData(dir, 20000, 100, 2);
+  const std::string command =
+      "OMP_NUM_THREADS=1 PROCESS_GROUP_TIMEOUT_SECONDS=8 " + std::string(TZREC_BINARY) +
+      " launch --nproc_per_node 2 --stop_grace_seconds 3 --master_port " + std::to_string(FreePort()) +
+      " -- train_eval --pipeline_config_path=" + config + " --model_dir=" + dir.File("hung_model") +
+      " --train_input_path='" + data.train_pattern + "' --eval_input_path='" + data.eval_pattern +
+      "' --edit_config_json='{\"data_config.batch_size\": 32, \"train_config.num_epochs\": 50}'";
+  // Rank 1 is the child of this launch process whose environment says RANK=1 (found by PIDs).
+  const std::string run_and_stop =
+      command + " 2>&1 & launch=$!; for i in $(seq 1 100); do sleep 0.2; "
+                "if [ $(pgrep -P $launch | wc -l) -ge 2 ]; then sleep 3; "
+                "for p in $(pgrep -P $launch); do if tr '\\0' '\\n' < /proc/$p/environ | grep -qx RANK=1; "
+                "then kill -STOP $p; fi; done; break; fi; done; wait $launch";
+  ShellRun run = RunShell(run_and_stop);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  const size_t at = run.output.find("rank 1 stopped answering");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const size_t line = run.output.rfind('\n', at) + 1;
+  std::cout << "[hung rank] " << run.output.substr(line, run.output.find('\n', at) - line) << std::endl;
+  EXPECT_LT(run.seconds, 60.0) << run.output;
+}
+
 }  // namespace
 }  // namespace tzrec
 

@@ -10,8 +10,13 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/logging.h"
@@ -34,6 +39,9 @@ int EnvInt(std::initializer_list<const char*> names, int fallback, int lo, int h
   return fallback;
 }
 
+// c10d's messages carry a C++ backtrace after the first line.
+std::string FirstLineOf(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 }  // namespace
 
 DistEnv ReadDistEnv() {
@@ -48,13 +56,103 @@ DistEnv ReadDistEnv() {
   return env;
 }
 
+// Heartbeats: every rank's background thread writes "<beats> <collectives entered>" under
+// "tzrec_beat/<rank>" in the store once a second (through its own store connection). When a
+// collective fails, the reporting rank reads them twice a few seconds apart: a rank whose
+// beat count stands still has stopped (SIGSTOP, a hung kernel, a lost machine); one that beats
+// but entered fewer collectives is alive but stuck before this collective. So the error names
+// the rank that stopped answering, not the one that noticed. Counts, not clocks: machines'
+// clocks need not agree.
+constexpr std::chrono::milliseconds kBeatInterval{1000};
+constexpr int kStaleBeats = 3;
+
+std::string BeatKey(int rank) { return "tzrec_beat/" + std::to_string(rank); }
+
+c10::intrusive_ptr<c10d::TCPStore> StoreClient(const DistEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(env.master_port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  std::atomic<int64_t> collectives{0};
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::thread heartbeat;
+
+  void StartHeartbeat(const DistEnv& env) {
+    heartbeat = std::thread([this, env] {
+      try {
+        auto client = StoreClient(env, std::chrono::milliseconds(10000));
+        int64_t beats = 0;
+        std::unique_lock<std::mutex> lock(mutex);
+        while (!stop) {
+          const std::string value = StrCat(++beats, " ", collectives.load());
+          client->set(BeatKey(env.rank), std::vector<uint8_t>(value.begin(), value.end()));
+          wake.wait_for(lock, kBeatInterval, [this] { return stop.load(); });
+        }
+      } catch (const std::exception&) {
+        // The store went away (rank 0 ended): nothing left to report to.
+      }
+    });
+  }
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    wake.notify_all();
+    if (heartbeat.joinable()) heartbeat.join();
+  }
 };
 
 ProcessGroup::ProcessGroup(DistEnv env) : env_(std::move(env)), impl_(std::make_unique<Impl>()) {}
 ProcessGroup::~ProcessGroup() = default;
+
+std::string ProcessGroup::DiagnosePeers() const {
+  const int64_t mine = impl_->collectives.load();
+  auto read_all = [&](c10d::TCPStore& client) {
+    std::vector<std::pair<int64_t, int64_t>> out(env_.world_size, {-1, -1});
+    for (int r = 0; r < env_.world_size; ++r) {
+      if (!client.check({BeatKey(r)})) continue;
+      std::vector<uint8_t> bytes = client.get(BeatKey(r));
+      std::istringstream in(std::string(bytes.begin(), bytes.end()));
+      in >> out[r].first >> out[r].second;
+    }
+    return out;
+  };
+  try {
+    auto client = StoreClient(env_, std::chrono::milliseconds(5000));
+    auto before = read_all(*client);
+    std::this_thread::sleep_for(kBeatInterval * kStaleBeats);
+    auto after = read_all(*client);
+    std::string found;
+    for (int r = 0; r < env_.world_size; ++r) {
+      if (r == env_.rank) continue;
+      std::string what;
+      if (after[r].first < 0) {
+        what = StrCat("rank ", r, " never sent a heartbeat");
+      } else if (after[r].first == before[r].first) {
+        what = StrCat("rank ", r, " stopped answering (no heartbeat for ", kStaleBeats,
+                      " s: stopped, hung or its machine is gone)");
+      } else if (after[r].second < mine) {
+        what = StrCat("rank ", r, " is alive but has not reached this collective (it entered ",
+                      after[r].second, " collectives, this rank ", mine, ")");
+      }
+      if (!what.empty()) found += (found.empty() ? "" : "; ") + what;
+    }
+    return found;
+  } catch (const std::exception&) {
+    return env_.rank == 0 ? std::string()
+                          : "rank 0 stopped answering (the store it hosts does not respond)";
+  }
+}
 
 std::unique_ptr<ProcessGroup> ProcessGroup::Create(const DistEnv& env) {
   std::unique_ptr<ProcessGroup> pg(new ProcessGroup(env));
@@ -77,6 +175,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Create(const DistEnv& env) {
                                                              gloo_options);
     pg->impl_->store = prefixed;
     pg->impl_->group = group;
+    pg->impl_->StartHeartbeat(env);
   } catch (const std::exception& e) {
     Fail("rank ", env.rank, ": cannot join the process group at ", env.master_addr, ":",
          env.master_port, " (world size ", env.world_size, ", timeout ", env.timeout.count(),
@@ -88,13 +187,16 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Create(const DistEnv& env) {
 }
 
 void ProcessGroup::Wait(const char* what, const std::function<void()>& run) {
+  impl_->collectives.fetch_add(1);
   try {
     run();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    Fail("rank ", env_.rank, ": ", what, " failed (a peer rank died, hangs or timed out after ",
-         env_.timeout.count(), " s): ", e.what());
+    const std::string culprit = DiagnosePeers();
+    Fail("rank ", env_.rank, ": ", what, " failed",
+         culprit.empty() ? " (a peer rank died, hangs or timed out after " : ": " + culprit + " (timeout ",
+         env_.timeout.count(), " s): ", FirstLineOf(e.what()));
   }
 }
 

@@ -6,7 +6,8 @@
 // them the job has one rank and no process group is created. ProcessGroup::Create does the
 // c10d TCPStore rendezvous (rank 0 hosts the store) and builds a ProcessGroupGloo (CPU).
 // Every collective has the timeout: a rank that died or hangs makes the others fail with an
-// error instead of waiting forever.
+// error instead of waiting forever, and the error names that rank (per-rank heartbeats in the
+// store; a background thread per rank beats once a second).
 //
 // Thread safety: collectives are issued by the training thread only, in the same order on
 // every rank.
@@ -71,8 +72,11 @@ class ProcessGroup {
 
  private:
   explicit ProcessGroup(DistEnv env);
-  // Waits for a collective, turning c10d/Gloo errors into tzrec::Error.
+  // Waits for a collective, turning c10d/Gloo errors into tzrec::Error naming the rank that
+  // stopped answering (from the heartbeats, see process_group.cc).
   void Wait(const char* what, const std::function<void()>& run);
+  // Which peers stopped beating or lag behind in collectives ("" when none can be named).
+  std::string DiagnosePeers() const;
 
   struct Impl;  // the c10d objects (their headers stay out of this one)
   DistEnv env_;
