@@ -216,7 +216,7 @@ TEST(Reliability, CraftedTensorRecordsAreRejectedBeforeUse) {
                      "reaches past its storage");
   EXPECT_TZREC_ERROR(ParseTensorArchive(CraftedArchive(12, 0, {3, 3}, {int64_t(1) << 62, 1}), "ovf.pt"),
                      "overflow");
-  EXPECT_TZREC_ERROR(ParseTensorArchive("garbage", "junk.pt"), "cannot read tensor file 'junk.pt'");
+  EXPECT_TZREC_ERROR(ParseTensorArchive("garbage", "junk.pt"), "tensor file 'junk.pt' is not a valid archive");
 
   // End to end: a crafted model.pt in a checkpoint without a file list (fine_tune_checkpoint
   // from elsewhere) is an error, not a crash or garbage weights.

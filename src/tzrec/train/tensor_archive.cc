@@ -2,12 +2,16 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstring>
+#include <utility>
+#include <memory>
 #include <vector>
 
 #include "tzrec/common/error.h"
@@ -25,6 +29,168 @@ uint32_t Crc32(uint32_t crc, const void* data, size_t size) {
     size -= chunk;
   }
   return crc;
+}
+
+// The archive's bytes for LibTorch's zip reader, with reads clamped to the buffer. The reader
+// torch::jit::pickle_load uses does not clamp: a crafted central directory made it copy past
+// the end of the buffer (found by tests/fuzz/tensor_archive_fuzz.cc), so we never use it.
+class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t count = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, count);
+    return count;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+uint64_t Le(const std::string& b, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(b[at + i]);
+  return v;
+}
+
+// Checks the zip central directory before LibTorch reads it: every record must be stored
+// (torch.save does not compress) and lie inside the file. LibTorch allocates a record's
+// declared size up front, so a crafted size would otherwise ask for any amount of memory.
+// Returns [offset, size) of the "*/data.pkl" record's bytes (size 0 when there is none).
+std::pair<size_t, size_t> CheckZipRecords(const std::string& b, const std::string& where) {
+  std::pair<size_t, size_t> pickle{0, 0};
+  const size_t n = b.size();
+  auto bad = [&](const std::string& why) { Fail("tensor file '", where, "' is not a valid archive: ", why); };
+  if (n < 22) bad("too short");
+  size_t eocd = std::string::npos;
+  for (size_t at = n - 22 + 1; at-- > 0 && n - at <= 22 + 65535;) {
+    if (Le(b, at, 4) == 0x06054b50) {
+      eocd = at;
+      break;
+    }
+  }
+  if (eocd == std::string::npos) bad("no end of central directory");
+  uint64_t entries = Le(b, eocd + 10, 2), cd_size = Le(b, eocd + 12, 4), cd_offset = Le(b, eocd + 16, 4);
+  if (entries == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff) {
+    // Zip64: the locator sits right before the end record and points at the zip64 end record.
+    if (eocd < 20 || Le(b, eocd - 20, 4) != 0x07064b50) bad("zip64 locator missing");
+    const uint64_t z64 = Le(b, eocd - 20 + 8, 8);
+    if (z64 > n || n - z64 < 56 || Le(b, z64, 4) != 0x06064b50) bad("zip64 end record missing");
+    entries = Le(b, z64 + 32, 8);
+    cd_size = Le(b, z64 + 40, 8);
+    cd_offset = Le(b, z64 + 48, 8);
+  }
+  if (cd_offset > n || cd_size > n - cd_offset) bad("central directory outside the file");
+  size_t at = cd_offset;
+  const size_t cd_end = cd_offset + cd_size;
+  for (uint64_t e = 0; e < entries; ++e) {
+    if (at > cd_end || cd_end - at < 46 || Le(b, at, 4) != 0x02014b50) bad("damaged central directory");
+    const uint64_t method = Le(b, at + 10, 2);
+    uint64_t compressed = Le(b, at + 20, 4), size = Le(b, at + 24, 4);
+    const uint64_t name_len = Le(b, at + 28, 2), extra_len = Le(b, at + 30, 2), comment_len = Le(b, at + 32, 2);
+    uint64_t offset = Le(b, at + 42, 4);
+    const size_t extra = at + 46 + name_len;
+    if (extra + extra_len + comment_len > cd_end) bad("damaged central directory");
+    for (size_t x = extra; x + 4 <= extra + extra_len;) {
+      const uint64_t id = Le(b, x, 2), len = Le(b, x + 2, 2);
+      if (x + 4 + len > extra + extra_len) bad("damaged extra field");
+      if (id == 0x0001) {  // zip64 sizes, in this order, for the fields that overflowed
+        size_t f = x + 4;
+        auto take = [&](uint64_t& field) {
+          if (field != 0xffffffff) return;
+          if (f + 8 > x + 4 + len) bad("damaged zip64 field");
+          field = Le(b, f, 8);
+          f += 8;
+        };
+        take(size);
+        take(compressed);
+        take(offset);
+      }
+      x += 4 + len;
+    }
+    const std::string name = b.substr(at + 46, name_len);
+    if (method != 0 || compressed != size) bad("record '" + name + "' is compressed");
+    if (offset > n || size > n - offset) {
+      bad(StrCat("record '", name, "' claims ", size, " bytes at offset ", offset, " of a ", n, "-byte file"));
+    }
+    if (name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0) {
+      if (n - offset < 30 || Le(b, offset, 4) != 0x04034b50) bad("damaged local header of '" + name + "'");
+      const uint64_t data = offset + 30 + Le(b, offset + 26, 2) + Le(b, offset + 28, 2);
+      if (data > n || size > n - data) bad("record '" + name + "' outside the file");
+      pickle = {data, size};
+    }
+    at = extra + extra_len + comment_len;
+  }
+  return pickle;
+}
+
+// Walks the pickle's opcodes before LibTorch's unpickler runs them: lengths must stay inside
+// the pickle and memo indices below its size, because the unpickler reserves a declared string
+// length (up to 4 GiB) and resizes its memo to a declared index (up to 2^32 entries) before
+// looking further. Opcodes outside what torch.save writes are refused.
+void CheckPickle(const std::string& b, size_t begin, size_t size, const std::string& where) {
+  auto bad = [&](const std::string& why) { Fail("tensor file '", where, "': damaged pickle: ", why); };
+  const size_t end = begin + size;
+  size_t at = begin;
+  auto need = [&](uint64_t bytes) {
+    if (bytes > end - at) bad("an argument runs past the end");
+  };
+  auto line = [&] {
+    const size_t nl = b.find('\n', at);
+    if (nl == std::string::npos || nl >= end) bad("an unterminated text argument");
+    at = nl + 1;
+  };
+  while (at < end) {
+    const unsigned char op = static_cast<unsigned char>(b[at++]);
+    switch (op) {
+      case '(': case '0': case '1': case '2': case 'N': case 'Q': case 'R': case 'a': case 'b':
+      case 'd': case '}': case 'e': case 'l': case ']': case 's': case 't': case ')': case 'u':
+      case 0x85: case 0x86: case 0x87: case 0x88: case 0x89: case 0x94:
+        break;
+      case '.':
+        return;  // STOP
+      case 'K': case 0x80: need(1); at += 1; break;
+      case 'h': case 'q': need(1); at += 1; break;
+      case 'M': need(2); at += 2; break;
+      case 'J': need(4); at += 4; break;
+      case 'j': case 'r': {
+        need(4);
+        if (Le(b, at, 4) > size) bad("a memo index beyond the pickle's size");
+        at += 4;
+        break;
+      }
+      case 'G': need(8); at += 8; break;
+      case 'U': case 'C': case 0x8c: case 0x8a: {
+        need(1);
+        const uint64_t len = Le(b, at, 1);
+        at += 1;
+        need(len);
+        at += len;
+        break;
+      }
+      case 'T': case 'B': case 'X': case 0x8b: {
+        need(4);
+        const uint64_t len = Le(b, at, 4);
+        at += 4;
+        need(len);
+        at += len;
+        break;
+      }
+      case 'c': line(); line(); break;  // GLOBAL module\nname\n
+      case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': line(); break;
+      case 'p': case 'g': {
+        const size_t start = at;
+        line();
+        if (at - start > 20) bad("a memo index beyond the pickle's size");
+        break;
+      }
+      default:
+        bad(StrCat("unexpected opcode 0x", std::hex, static_cast<int>(op)));
+    }
+  }
+  bad("no STOP opcode");
 }
 
 }  // namespace
@@ -117,9 +283,14 @@ void ValidateTensorStorage(const at::Tensor& t, const std::string& what) {
 }
 
 std::map<std::string, at::Tensor> ParseTensorArchive(const std::string& bytes, const std::string& where) {
+  const auto [pickle_at, pickle_size] = CheckZipRecords(bytes, where);
+  if (pickle_size == 0) Fail("tensor file '", where, "' is not a valid archive: no data.pkl record");
+  CheckPickle(bytes, pickle_at, pickle_size, where);
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
+    value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                              c10::nullopt, c10::nullopt, c10::nullopt, reader);
   } catch (const std::exception& e) {
     Fail("cannot read tensor file '", where, "': ", e.what());
   }
