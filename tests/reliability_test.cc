@@ -240,6 +240,17 @@ TEST(Reliability, CraftedTensorRecordsAreRejectedBeforeUse) {
   EXPECT_TZREC_ERROR(Evaluate(EvalOf(dir, dir.File("m"))), "negative storage offset");
 }
 
+// Inputs the fuzz target found (tests/fuzz/run_tensor_archive_fuzz.sh): LibTorch's own loader
+// read past its buffer on the first and sized a storage by the pickle's element count on the
+// second. Both must now be clean errors.
+TEST(Reliability, TensorArchiveFuzzFindingsStayFixed) {
+  const std::string dir = testing::SourceDir() + "/tests/data/tensor_archive_regressions";
+  EXPECT_TZREC_ERROR(ParseTensorArchive(ReadFileToString(dir + "/zip_read_past_buffer.pt"), "a.pt"),
+                     "tensor file 'a.pt'");
+  EXPECT_TZREC_ERROR(ParseTensorArchive(ReadFileToString(dir + "/numel_beyond_record.pt"), "b.pt"),
+                     "reaches past its storage");
+}
+
 TEST(Reliability, OneTrainerPerModelDirAndLeftoversOfInterruptedSavesGo) {
   TempDir dir;
   const std::string config = WriteSmallConfig(dir);

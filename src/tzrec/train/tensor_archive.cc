@@ -3,6 +3,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
@@ -289,8 +290,20 @@ std::map<std::string, at::Tensor> ParseTensorArchive(const std::string& bytes, c
   c10::IValue value;
   try {
     caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
+    // Storages made here from their records' real sizes: left to itself the unpickler sizes a
+    // storage by the element count the pickle declares, whatever the record holds, so a
+    // crafted count made tensors that passed the bounds check read past their data (found by
+    // tests/fuzz/tensor_archive_fuzz.cc).
+    auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
+    for (const std::string& record : reader.getAllRecords()) {
+      if (record.rfind("data/", 0) != 0) continue;
+      auto [data, size] = reader.getRecord(record);
+      storages->addStorage(record.substr(5), c10::Storage(c10::Storage::use_byte_size_t(), size,
+                                                          std::move(data), nullptr, false));
+    }
     value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
-                                              c10::nullopt, c10::nullopt, c10::nullopt, reader);
+                                              c10::nullopt, c10::nullopt, c10::nullopt, reader,
+                                              torch::jit::Unpickler::defaultTypeParser, storages);
   } catch (const std::exception& e) {
     Fail("cannot read tensor file '", where, "': ", e.what());
   }
