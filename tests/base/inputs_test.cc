@@ -88,6 +88,11 @@ TEST(ConfigInputs, DeeplyNestedEditConfigJsonIsAnError) {
   // Selector conditions recurse too.
   const std::string path = "feature_configs" + Nested(5000, '[', ']', "x=1");
   EXPECT_TZREC_ERROR(EditConfigJson(&config, "{\"" + path + "\": 1}"), "nests selectors deeper");
+  // Found by tests/fuzz/edit_config_fuzz.cc: a condition without a key read past an empty
+  // vector.
+  config.add_feature_configs()->mutable_id_feature()->set_feature_name("a");
+  EXPECT_TZREC_ERROR(EditConfigJson(&config, R"({"feature_configs[=0].id_feature.": 1})"),
+                     "condition without a key");
   // Ordinary nesting is fine.
   EditConfigJson(&config, R"({"data_config.label_fields": ["a", "b"]})");
   EXPECT_EQ(config.data_config().label_fields_size(), 2);

@@ -248,6 +248,7 @@ bool ConditionHolds(Message* element, const std::string& key_path, const std::st
   // Walked read-only: resolving through an unset message would create it, and for a oneof
   // (feature_configs[id_feature.x>1] on a raw_feature) that silently replaces the other case.
   const std::vector<std::string> keys = SplitPath(key_path);
+  if (keys.empty()) Fail("--edit_config_json: ", full_path, ": condition without a key");
   Message* holder = element;
   for (size_t k = 0; k + 1 < keys.size(); ++k) {
     const FieldDescriptor* step = holder->GetDescriptor()->FindFieldByName(keys[k]);
