@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev googletest
   libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev
   libfarmhash-dev libmuparser-dev libsentencepiece-dev sentencepiece libopencc-dev libutf8proc-dev
+  clang libclang-rt-14-dev  # tests/fuzz (libFuzzer, ASan, UBSan)
 )
 
 SUDO=""

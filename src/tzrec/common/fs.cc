@@ -24,6 +24,23 @@ namespace fs = std::filesystem;
 
 namespace tzrec {
 
+std::vector<std::string> DataFilesIn(const std::string& directory) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory, ec)) {
+    const std::string name = entry.path().filename().string();
+    // Hidden files (.crc checksums, editor swap files) and markers such as _SUCCESS or
+    // _committed_* are bookkeeping of the writer, not rows.
+    if (name.empty() || name[0] == '.' || name[0] == '_') continue;
+    std::error_code type_ec;
+    if (!fs::is_regular_file(entry.path(), type_ec)) continue;
+    files.push_back(entry.path().string());
+  }
+  if (ec) Fail("cannot list input directory '", directory, "': ", ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::vector<std::string> ExpandInputPaths(const std::string& comma_separated_patterns) {
   std::set<std::string> unique;
   std::vector<std::string> ordered;
@@ -43,7 +60,14 @@ std::vector<std::string> ExpandInputPaths(const std::string& comma_separated_pat
     std::vector<std::string> batch;
     for (size_t i = 0; i < matches.gl_pathc; ++i) {
       std::string path = matches.gl_pathv[i];
-      if (IsDirectory(path)) continue;
+      if (IsDirectory(path)) {
+        // A directory named on its own stands for the data files in it (Spark and Hive write
+        // tables as directories); one a wildcard happens to match is not data.
+        if (pattern.find_first_of("*?[") == std::string::npos) {
+          for (auto& file : DataFilesIn(path)) batch.push_back(std::move(file));
+        }
+        continue;
+      }
       batch.push_back(path);
     }
     globfree(&matches);
@@ -56,6 +80,8 @@ std::vector<std::string> ExpandInputPaths(const std::string& comma_separated_pat
 }
 
 std::string ReadFileToString(const std::string& path) {
+  // An ifstream opens a directory and reads it as empty, which would pass for an empty file.
+  if (IsDirectory(path)) Fail("'", path, "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) Fail("cannot open file '", path, "'");
   std::ostringstream content;
@@ -171,6 +197,27 @@ std::vector<std::string> ListDirectory(const std::string& path) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+int64_t UsableMemoryBytes(int64_t physical_bytes, const std::vector<std::string>& cgroup_limit_files) {
+  int64_t usable = physical_bytes > 0 ? physical_bytes : 0;
+  for (const std::string& path : cgroup_limit_files) {
+    std::ifstream in(path);
+    std::string text;
+    if (!in || !(in >> text) || text == "max") continue;
+    int64_t limit;
+    // cgroup v1 reports "no limit" as a page-rounded INT64_MAX, which the comparison absorbs.
+    if (!ParseInt64(text, &limit) || limit <= 0) continue;
+    if (usable == 0 || limit < usable) usable = limit;
+  }
+  return usable;
+}
+
+int64_t UsableMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const int64_t physical = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  return UsableMemoryBytes(physical, {"/sys/fs/cgroup/memory.max",
+                                      "/sys/fs/cgroup/memory/memory.limit_in_bytes"});
 }
 
 int64_t ResidentSetBytes() {

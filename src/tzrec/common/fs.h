@@ -10,9 +10,14 @@
 namespace tzrec {
 
 // Expands a comma-separated list of glob patterns into sorted, de-duplicated file paths.
-// Fails naming the pattern when one matches nothing.
+// Fails naming the pattern when one matches nothing. A pattern without wildcards that names a
+// directory stands for DataFilesIn() it; directories a wildcard matches are skipped.
 std::vector<std::string> ExpandInputPaths(const std::string& comma_separated_patterns);
+// The regular files directly in `directory`, sorted, without hidden files and names starting
+// with '_' (_SUCCESS and similar markers). Not recursive.
+std::vector<std::string> DataFilesIn(const std::string& directory);
 
+// Fails naming the path when it cannot be opened or is a directory.
 std::string ReadFileToString(const std::string& path);
 // Writes `content` to `path` atomically and durably (temp file, fsync, rename, fsync of the
 // directory).
@@ -27,6 +32,14 @@ int64_t ResidentSetBytes();
 
 // fsync of a directory: makes renames and new entries in it durable.
 void SyncDirectory(const std::string& path);
+
+// The memory this process may use: physical RAM, or the cgroup's limit when that is lower (a
+// container given 8 GiB on a 512 GiB host must plan for 8). 0 when nothing is known.
+int64_t UsableMemoryBytes();
+// The same with the physical size and the cgroup limit files given (tests): each file holds a
+// byte count or "max" (cgroup v2 memory.max, v1 memory.limit_in_bytes); missing or unreadable
+// files and "max" impose no limit.
+int64_t UsableMemoryBytes(int64_t physical_bytes, const std::vector<std::string>& cgroup_limit_files);
 
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);

@@ -9,6 +9,7 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/config/pipeline_config.h"
 
 namespace tzrec {
 namespace {
@@ -31,7 +32,11 @@ std::vector<std::string> SplitPath(const std::string& path) {
   std::string current;
   int depth = 0;
   for (char c : path) {
-    if (c == '[') ++depth;
+    // Conditions nest (a[b[c=1].d=2]) and are resolved recursively.
+    if (c == '[' && ++depth > kMaxConfigNesting) {
+      Fail("--edit_config_json: '", path.substr(0, 80), "...' nests selectors deeper than ",
+           kMaxConfigNesting, " levels");
+    }
     if (c == ']') --depth;
     if (c == '.' && depth == 0) {
       if (!Trim(current).empty()) parts.emplace_back(Trim(current));
@@ -139,6 +144,7 @@ void ParseInto(Message* msg, const std::string& text, const std::string& path) {
   }
   google::protobuf::TextFormat::Parser parser;
   parser.AllowPartialMessage(true);
+  parser.SetRecursionLimit(kMaxConfigNesting);
   if (!parser.MergeFromString(body, msg)) {
     Fail("--edit_config_json: value for ", path, " is not a valid text-format ",
          msg->GetDescriptor()->full_name(), ": ", text);
@@ -242,6 +248,7 @@ bool ConditionHolds(Message* element, const std::string& key_path, const std::st
   // Walked read-only: resolving through an unset message would create it, and for a oneof
   // (feature_configs[id_feature.x>1] on a raw_feature) that silently replaces the other case.
   const std::vector<std::string> keys = SplitPath(key_path);
+  if (keys.empty()) Fail("--edit_config_json: ", full_path, ": condition without a key");
   Message* holder = element;
   for (size_t k = 0; k + 1 < keys.size(); ++k) {
     const FieldDescriptor* step = holder->GetDescriptor()->FindFieldByName(keys[k]);
@@ -339,6 +346,7 @@ void EditConfigField(Message* config, const std::string& path, const std::string
       if (!text.empty() && text.front() != '[') text = "[" + text + "]";
       google::protobuf::TextFormat::Parser parser;
       parser.AllowPartialMessage(true);
+      parser.SetRecursionLimit(kMaxConfigNesting);
       std::string statement = field->name() + ": " + text;
       if (!parser.MergeFromString(statement, msg)) {
         Fail("--edit_config_json: value for ", path, " is not a valid list: ", value);
@@ -354,6 +362,7 @@ void EditConfigField(Message* config, const std::string& path, const std::string
 }
 
 void EditConfigJson(Message* config, const std::string& edit_json) {
+  CheckJsonNesting(edit_json, "--edit_config_json");
   nlohmann::json edits;
   try {
     edits = nlohmann::json::parse(edit_json);

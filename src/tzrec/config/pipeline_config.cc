@@ -80,6 +80,7 @@ void ParseJsonConfig(const std::string& content, const std::string& path,
   static google::protobuf::DynamicMessageFactory factory;
   std::unique_ptr<google::protobuf::Message> relaxed(
       factory.GetPrototype(RelaxedConfigDescriptor())->New());
+  CheckJsonNesting(content, StrCat("pipeline config '", path, "'"));
   auto status = google::protobuf::util::JsonStringToMessage(content, relaxed.get());
   if (!status.ok()) Fail("cannot parse pipeline config '", path, "' (JSON): ", status.ToString());
   if (!config->ParsePartialFromString(relaxed->SerializePartialAsString())) {
@@ -89,24 +90,69 @@ void ParseJsonConfig(const std::string& content, const std::string& path,
 
 }  // namespace
 
+void CheckJsonNesting(const std::string& json, const std::string& what) {
+  int depth = 0;
+  bool in_string = false;
+  int64_t line = 1;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (c == '\n') ++line;
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxConfigNesting) {
+        Fail(what, ": JSON nests deeper than ", kMaxConfigNesting, " levels (line ", line,
+             ", offset ", i, ")");
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+}
+
 protos::EasyRecConfig ParsePipelineConfigText(const std::string& text,
                                               const std::string& source_name) {
+  auto parse = [&](bool merge, protos::EasyRecConfig* config, FirstErrorCollector* errors) {
+    google::protobuf::TextFormat::Parser parser;
+    // TorchEasyRec's configs omit fields its .proto marks required (e.g. id_feature.expression
+    // under FG_NONE); Python's text_format accepts that, so we do too.
+    parser.AllowPartialMessage(true);
+    // Nesting is bounded by the schema except through recursive messages; a bound keeps a
+    // crafted config from exhausting the stack (protobuf's own default is INT_MAX).
+    parser.SetRecursionLimit(kMaxConfigNesting);
+    parser.RecordErrorsTo(errors);
+    return merge ? parser.MergeFromString(text, config) : parser.ParseFromString(text, config);
+  };
   protos::EasyRecConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  // TorchEasyRec's configs omit fields its .proto marks required (e.g. id_feature.expression
-  // under FG_NONE); Python's text_format accepts that, so we do too.
-  parser.AllowPartialMessage(true);
   FirstErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config)) {
+  if (parse(false, &config, &errors)) return config;
+  // TorchEasyRec loads configs with text_format.Merge: a singular field given twice keeps the
+  // last value (mind_mock.config sets attr_delimiter twice). A strict parse first names the
+  // first repetition in a warning, so the overwrite is not silent.
+  if (errors.error().find("is specified multiple times") != std::string::npos) {
+    LOG_WARNING << "pipeline config '" << source_name << "' " << errors.error()
+                << "; the last value wins, as in TorchEasyRec";
+    config.Clear();
+    FirstErrorCollector merge_errors;
+    if (parse(true, &config, &merge_errors)) return config;
     Fail("cannot parse pipeline config '", source_name, "': ",
-         errors.has_error() ? errors.error() : std::string("invalid text format"));
+         merge_errors.has_error() ? merge_errors.error() : std::string("invalid text format"));
   }
-  return config;
+  Fail("cannot parse pipeline config '", source_name, "': ",
+       errors.has_error() ? errors.error() : std::string("invalid text format"));
 }
 
 protos::EasyRecConfig LoadPipelineConfig(const std::string& path) {
   if (!PathExists(path)) Fail("pipeline config '", path, "' does not exist");
+  if (IsDirectory(path)) Fail("pipeline config '", path, "' is a directory, not a config file");
   std::string content = ReadFileToString(path);
   protos::EasyRecConfig config;
   if (EndsWith(path, ".json")) {

@@ -1,5 +1,7 @@
 #include "tzrec/data/csv_reader.h"
 
+#include <cstdlib>
+
 #include "tzrec/common/error.h"
 #include "tzrec/common/strings.h"
 
@@ -10,6 +12,16 @@ char ParseCsvDelimiter(const std::string& delimiter) {
     Fail("data_config.delimiter must be exactly one character, got '", Printable(delimiter), "'");
   }
   return delimiter[0];
+}
+
+int64_t CsvMaxRecordBytes() {
+  const char* text = std::getenv(kCsvMaxRecordBytesEnv);
+  if (!text || !*text) return kDefaultCsvMaxRecordBytes;
+  int64_t bytes;
+  if (!ParseInt64(text, &bytes) || bytes <= 0) {
+    Fail(kCsvMaxRecordBytesEnv, "='", Printable(text), "' must be a positive number of bytes");
+  }
+  return bytes;
 }
 
 CsvFileReader::CsvFileReader(std::string path, CsvOptions options)
@@ -52,7 +64,18 @@ CsvFileReader::~CsvFileReader() {
   if (file_) std::fclose(file_);
 }
 
+void CsvFileReader::CheckRecordSize() const {
+  if (record_offset_ < 0) return;
+  const int64_t size = buffer_offset_ + static_cast<int64_t>(buffer_pos_) - record_offset_;
+  if (size > options_.max_record_bytes) {
+    Fail(path_, ":", record_line_, ": record is longer than ", options_.max_record_bytes,
+         " bytes (no line end?); raise ", kCsvMaxRecordBytesEnv, " if such records are intended");
+  }
+}
+
 bool CsvFileReader::Refill() {
+  CheckRecordSize();  // once per buffer keeps the per-character loop free of it
+  buffer_offset_ += static_cast<int64_t>(buffer_len_);
   buffer_len_ = std::fread(buffer_.data(), 1, buffer_.size(), file_);
   buffer_pos_ = 0;
   if (buffer_len_ == 0 && std::ferror(file_)) Fail("read error in '", path_, "'");
@@ -76,6 +99,7 @@ bool CsvFileReader::ReadRecord() {
     break;
   }
   record_line_ = line_;
+  record_offset_ = buffer_offset_ + static_cast<int64_t>(buffer_pos_);
   num_fields_ = 0;
   auto next_field = [&]() -> std::string& {
     if (fields_.size() <= num_fields_) fields_.emplace_back();
@@ -90,6 +114,8 @@ bool CsvFileReader::ReadRecord() {
     int c = Get();
     if (c == EOF) {
       if (quoted) Fail(path_, ":", record_line_, ": unterminated quoted field");
+      CheckRecordSize();
+      record_offset_ = -1;
       return true;
     }
     if (quoted) {
@@ -118,6 +144,8 @@ bool CsvFileReader::ReadRecord() {
     }
     if (c == '\n') {
       ++line_;
+      CheckRecordSize();
+      record_offset_ = -1;
       return true;
     }
     if (c == '\r' && Peek() == '\n') continue;

@@ -4,7 +4,9 @@
 // skipped, empty fields read as null. Columns come from the header (with_header) or from the
 // declared input fields; declared INT32/INT64/FLOAT/DOUBLE columns are converted while
 // reading and a bad number fails naming file, line and column. Only the wanted columns are
-// materialised. Not thread-safe; use one reader per thread.
+// materialised. A record longer than max_record_bytes (a file without line ends, such as
+// /dev/zero) fails naming file and line instead of growing memory without bound. Not
+// thread-safe; use one reader per thread.
 #pragma once
 
 #include <cstdio>
@@ -17,6 +19,12 @@
 
 namespace tzrec {
 
+// The environment variable that sets the CSV record cap, and its default (64 MiB).
+constexpr char kCsvMaxRecordBytesEnv[] = "TZREC_CSV_MAX_RECORD_BYTES";
+constexpr int64_t kDefaultCsvMaxRecordBytes = int64_t{64} << 20;
+// TZREC_CSV_MAX_RECORD_BYTES when set (a positive integer, else an error), else the default.
+int64_t CsvMaxRecordBytes();
+
 struct CsvOptions {
   char delimiter = ',';
   bool with_header = false;
@@ -26,6 +34,8 @@ struct CsvOptions {
   std::map<std::string, ColumnType> column_types;  // absent = kString
   // Columns to materialise; empty = all.
   std::vector<std::string> wanted_columns;
+  // The longest record (bytes, line ends and quotes included) accepted.
+  int64_t max_record_bytes = CsvMaxRecordBytes();
 };
 
 class CsvFileReader {
@@ -55,6 +65,7 @@ class CsvFileReader {
     return static_cast<unsigned char>(buffer_[buffer_pos_++]);
   }
   bool Refill();
+  void CheckRecordSize() const;
 
   std::string path_;
   CsvOptions options_;
@@ -62,6 +73,8 @@ class CsvFileReader {
   std::vector<char> buffer_;
   size_t buffer_pos_ = 0;
   size_t buffer_len_ = 0;
+  int64_t buffer_offset_ = 0;   // file offset of buffer_[0]
+  int64_t record_offset_ = -1;  // file offset where the record being read starts; -1: none
   int64_t line_ = 1;
   std::vector<std::string> fields_;
   size_t num_fields_ = 0;

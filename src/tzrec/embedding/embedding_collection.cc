@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/fs.h"
 #include "tzrec/embedding/sharded_lookup.h"
 
 namespace tzrec {
@@ -82,7 +83,7 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
   // 26135627264 bytes" names no table).
   int64_t bytes = 0;
   for (auto& storage : storages_) bytes += storage->total_rows() * (storage->row_width() * 4 + 4);
-  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const int64_t memory = UsableMemoryBytes();
   if (memory > 0 && bytes > memory) {
     const EmbeddingTableSpec* largest = &specs_[0];
     for (const EmbeddingTableSpec& spec : specs_) {
@@ -90,7 +91,7 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
     }
     Fail("embedding tables need ", bytes >> 20, " MiB",
          optimizer_ ? " with the " + optimizer_->name() + " state" : std::string(),
-         ", more than this machine's ", memory >> 20, " MiB of memory (largest: '", largest->name,
+         ", more than the ", memory >> 20, " MiB of memory this machine (or its cgroup limit) allows (largest: '", largest->name,
          "' with ", largest->rows, " rows of dim ", largest->dim,
          "); reduce num_buckets / hash_bucket_size, e.g. --edit_config_json='{\"feature_configs[",
          "id_feature.num_buckets>1000000].id_feature.num_buckets\": 1000000}'");

@@ -33,7 +33,12 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
   if (is_sparse_) {
     num_embeddings_ = info.num_embeddings;
     const FieldDescriptor* dim = FieldOf(msg, "embedding_dim");
-    embedding_dim_ = dim ? static_cast<int>(msg.GetReflection()->GetUInt32(msg, dim)) : 0;
+    const uint32_t configured_dim = dim ? msg.GetReflection()->GetUInt32(msg, dim) : 0;
+    // Widths feed int32 tensor shapes and products (rows * dim); wider is surely a typo.
+    if (configured_dim > static_cast<uint32_t>(kMaxEmbeddingDim)) {
+      Fail(config_path(), ".embedding_dim ", configured_dim, " is larger than ", kMaxEmbeddingDim);
+    }
+    embedding_dim_ = static_cast<int>(configured_dim);
     std::string embedding_name = StringField(msg, "embedding_name");
     embedding_name_ = embedding_name.empty() ? name_ + "_emb" : embedding_name;
     if (FieldOf(msg, "pooling")) pooling_ = StringField(msg, "pooling");

@@ -10,6 +10,7 @@
 #include <google/protobuf/reflection.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/fs.h"
 #include "tzrec/common/strings.h"
 #include "tzrec/fg/proto_fields.h"
 
@@ -37,18 +38,26 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
   for (const char* name : {"zch", "dynamicemb"}) {
     if (HasField(feature, name)) Fail(where, ".", name, ": not supported yet");
   }
+  // Ids index embedding rows; beyond kMaxBuckets the table could not be allocated anyway and
+  // row counts times widths would overflow int64 (a uint64 above 2^63 even reads negative).
+  auto bounded = [&](uint64_t value, const char* field) {
+    if (value > static_cast<uint64_t>(kMaxBuckets)) {
+      Fail(where, ".", field, " ", value, " is larger than ", kMaxBuckets, " (2^40)");
+    }
+    return static_cast<int64_t>(value);
+  };
   const bool has_dbv = HasField(feature, "default_bucketize_value");
-  const int64_t dbv = has_dbv ? static_cast<int64_t>(UInt64Field(feature, "default_bucketize_value")) : 1;
+  const int64_t dbv = has_dbv ? bounded(UInt64Field(feature, "default_bucketize_value"), "default_bucketize_value") : 1;
   const std::string default_value = StringField(feature, "default_value");
   b.hash_kind_ = DefaultHashKind();
   if (HasField(feature, "hash_bucket_size")) {
     b.kind_ = Kind::kHash;
-    b.buckets_ = UInt64Field(feature, "hash_bucket_size");
+    b.buckets_ = static_cast<uint64_t>(bounded(UInt64Field(feature, "hash_bucket_size"), "hash_bucket_size"));
     if (b.buckets_ == 0) Fail(where, ".hash_bucket_size must be > 0");
     b.num_embeddings_ = static_cast<int64_t>(b.buckets_);
   } else if (HasField(feature, "num_buckets")) {
     b.kind_ = Kind::kNumBuckets;
-    b.buckets_ = UInt64Field(feature, "num_buckets");
+    b.buckets_ = static_cast<uint64_t>(bounded(UInt64Field(feature, "num_buckets"), "num_buckets"));
     if (b.buckets_ == 0) Fail(where, ".num_buckets must be > 0");
     b.num_embeddings_ = static_cast<int64_t>(b.buckets_);
   } else if (RepeatedSize(feature, "vocab_list") > 0) {
@@ -75,7 +84,7 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
       const auto* key = entry.GetDescriptor()->FindFieldByName("key");
       const auto* value = entry.GetDescriptor()->FindFieldByName("value");
       entries.emplace_back(entry.GetReflection()->GetString(entry, key),
-                           static_cast<int64_t>(entry.GetReflection()->GetUInt64(entry, value)));
+                           bounded(entry.GetReflection()->GetUInt64(entry, value), "vocab_dict value"));
     }
     // Protobuf maps have no order; sort for a stable fg.json.
     std::sort(entries.begin(), entries.end());
@@ -95,6 +104,8 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
     std::string path = StringField(feature, "vocab_file");
     const std::string asset_dir = StringField(feature, "asset_dir");
     if (!asset_dir.empty() && path[0] != '/') path = asset_dir + "/" + path;
+    // An ifstream reads a directory as an empty file; say what it is.
+    if (IsDirectory(path)) Fail(where, ".vocab_file: '", path, "' is a directory, not a vocabulary file");
     std::ifstream in(path);
     if (!in) Fail(where, ".vocab_file: cannot read '", path, "'");
     std::string line;
@@ -110,13 +121,16 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
         max_id = std::max(max_id, next_id - 1);
       } else {
         int64_t id;
-        if (!ParseInt64(Trim(text.substr(space + 1)), &id) || id < 0) {
+        if (!ParseInt64(Trim(text.substr(space + 1)), &id) || id < 0 || id > kMaxBuckets) {
           Fail(path, ":", line_number, ": expected 'token' or 'token id', got '", Printable(text), "'");
         }
         b.vocab_[std::string(text.substr(0, space))] = id;
         max_id = std::max(max_id, id);
       }
     }
+    if (in.bad()) Fail(where, ".vocab_file: read error in '", path, "'");
+    // Every value would land in the default bucket: surely the wrong file.
+    if (b.vocab_.empty()) Fail(where, ".vocab_file: '", path, "' holds no tokens");
     b.num_embeddings_ = std::max(max_id, dbv) + 1;
     b.oov_id_ = dbv;
   } else if (RepeatedSize(feature, "boundaries") > 0) {
@@ -124,6 +138,8 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
     const auto* field = FieldOf(feature, "boundaries");
     for (int i = 0; i < feature.GetReflection()->FieldSize(feature, field); ++i) {
       double value = feature.GetReflection()->GetRepeatedFloat(feature, field, i);
+      // NaN compares false both ways, so the order check below would not see it.
+      if (std::isnan(value)) Fail(where, ".boundaries[", i, "] is NaN");
       if (!b.boundaries_.empty() && !(b.boundaries_.back() < value)) {
         Fail(where, ".boundaries must be strictly increasing");
       }

@@ -27,6 +27,9 @@
 
 namespace tzrec::fg {
 
+// The largest bucket count (hash_bucket_size, num_buckets, vocabulary ids) accepted: 2^40.
+constexpr int64_t kMaxBuckets = int64_t{1} << 40;
+
 class Bucketizer {
  public:
   enum class Kind { kNone, kHash, kNumBuckets, kVocab, kBoundaries };

@@ -169,6 +169,17 @@ class OutputWriter {
         }
         default_numbers_.push_back(value);
       }
+      // One default fills every dimension of a missing value, as pyfg does; a list must be
+      // one value per dimension.
+      if (!info.is_sparse && default_numbers_.size() == 1 && dense_dim_ > 1) {
+        default_numbers_.assign(dense_dim_, default_numbers_[0]);
+      }
+      if (!info.is_sparse && !default_numbers_.empty() &&
+          static_cast<int>(default_numbers_.size()) != dense_dim_) {
+        Fail(info.config_path, ".default_value: '", Printable(info.default_value), "' has ",
+             default_numbers_.size(), " values but value_dim is ", dense_dim_,
+             " (give one value for all dimensions, or one per dimension)");
+      }
     }
     if (kind_ == OpValues::Kind::kIds) {
       op->EncodeDefault(info.default_value, &default_ids_);
@@ -341,6 +352,8 @@ FeatureGenerator::FeatureGenerator(std::vector<FeatureInfo> features, protos::Fg
     const FeatureInfo& info = features_[i];
     if (fg_mode_ != protos::FG_BUCKETIZE) ops_.push_back(CreateFeatureOp(info));
     else ops_.push_back(nullptr);
+    OutputWriter check_defaults(info, ops_.back().get());  // default_value errors at start
+    (void)check_defaults;
     for (const FeatureInput& input : info.inputs) {
       int producer = -1;
       if (fg_mode_ == protos::FG_DAG && input.side == Side::kFeature) {

@@ -70,9 +70,14 @@ bool SparseByType(const std::string& type, const Message& msg, const Bucketizer&
   return b.active();
 }
 
-int ValueDim(const std::string& type, const Message& msg, bool is_sequence, bool sparse) {
+int ValueDim(const std::string& type, const Message& msg, bool is_sequence, bool sparse,
+             const std::string& where) {
   const bool has = HasField(msg, "value_dim");
-  const int configured = has ? static_cast<int>(UInt32Field(msg, "value_dim")) : 0;
+  const uint32_t raw = FieldOf(msg, "value_dim") ? UInt32Field(msg, "value_dim") : 0;
+  if (raw > static_cast<uint32_t>(kMaxValueDim)) {
+    Fail(where, ".value_dim ", raw, " is larger than ", kMaxValueDim);
+  }
+  const int configured = has ? static_cast<int>(raw) : 0;
   if (type == "id_feature" || type == "combo_feature" || type == "bool_mask_feature" ||
       type == "expr_feature") {
     if (has) return configured;
@@ -142,7 +147,7 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
       info.sequence_name = info.name;
       info.sequence_length = HasField(msg, "sequence_length") ? UInt32Field(msg, "sequence_length") : 0;
       info.sequence_delim = StringField(msg, "sequence_delim");
-      if (info.sequence_length <= 0) Fail(where, ".sequence_length must be set and > 0");
+      // Unset (or 0) means no truncation, as in TorchEasyRec.
     }
   }
   CheckUnsupported(msg, where);
@@ -156,7 +161,7 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
     if (!asset_dir.empty() && !path.empty() && path[0] != '/') path = asset_dir + "/" + path;
     info.num_embeddings = Tokenizer::Load(path, StringField(msg, "tokenizer_type"), where)->vocab_size();
   }
-  info.value_dim = ValueDim(type, msg, info.is_sequence, info.is_sparse);
+  info.value_dim = ValueDim(type, msg, info.is_sequence, info.is_sparse, where);
   info.weighted = BoolField(msg, "weighted");
   info.stub = BoolField(msg, "stub_type");
   if (FieldOf(msg, "separator")) info.separator = StringField(msg, "separator");
@@ -255,7 +260,6 @@ std::vector<FeatureInfo> DescribeFeatures(
     const Message& msg = config.GetReflection()->GetMessage(config, which);
     if (which->name() == "sequence_feature") {
       const auto& group = config.sequence_feature();
-      if (group.sequence_length() == 0) Fail(where, ".sequence_length must be > 0");
       for (int j = 0; j < group.features_size(); ++j) {
         const auto& sub = group.features(j);
         const auto* sub_oneof = sub.GetDescriptor()->FindOneofByName("feature");

@@ -18,6 +18,9 @@
 
 namespace tzrec::fg {
 
+// The most values per row (or step) a feature may declare (value_dim).
+constexpr int kMaxValueDim = 1 << 16;
+
 enum class Side { kUser, kItem, kContext, kFeature, kConst };
 
 // One `side:name` input of a feature.
@@ -41,7 +44,7 @@ struct FeatureInfo {
   bool is_sequence = false;  // grouped sub-feature or sequence_<type>
   bool grouped = false;
   std::string sequence_name;
-  int64_t sequence_length = 0;
+  int64_t sequence_length = 0;  // steps kept per row; 0: all (unset in the config)
   std::string sequence_delim = ";";
   std::string sequence_pk;
 

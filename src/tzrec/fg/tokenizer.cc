@@ -187,6 +187,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 std::unique_ptr<Tokenizer> Tokenizer::Load(const std::string& path, const std::string& type,
                                            const std::string& where) {
+  if (IsDirectory(path)) Fail(where, ".vocab_file: '", path, "' is a directory, not a tokenizer file");
   if (type == "bpe") return LoadHfTokenizer(path, where);
   if (type == "sentencepiece") return std::make_unique<SentencePieceTokenizer>(path, where);
   Fail(where, ": unknown tokenizer_type '", type, "' (known: bpe, sentencepiece)");

@@ -137,7 +137,10 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
   options_.input_path = input_path;
   options_.list_separator = data_config.fg_encoded_multival_sep();
   options_.files = ExpandInputPaths(input_path);
-  if (options_.files.empty()) Fail("input path '", input_path, "' has no files");
+  if (options_.files.empty()) {
+    Fail("input path '", input_path, "' has no data files (a directory is read for the regular ",
+         "files in it; hidden files and _-prefixed markers such as _SUCCESS are skipped)");
+  }
   options_.batch_size = mode == DatasetMode::kTrain || !data_config.has_eval_batch_size()
                             ? data_config.batch_size()
                             : data_config.eval_batch_size();

@@ -12,8 +12,9 @@ ExtractionNetImpl::ExtractionNetImpl(const std::vector<int64_t>& task_input_dims
                                      const protos::ExtractionNetwork& config, bool final_layer,
                                      const std::string& where)
     : final_layer_(final_layer) {
-  const int per_task = static_cast<int>(config.expert_num_per_task());
-  const int shared = static_cast<int>(config.share_num());
+  const int per_task = static_cast<int>(
+      CheckedCount(config.expert_num_per_task(), 0, kMaxModuleCount, where + ".expert_num_per_task"));
+  const int shared = static_cast<int>(CheckedCount(config.share_num(), 0, kMaxModuleCount, where + ".share_num"));
   if (per_task + shared < 1) Fail(where, ": expert_num_per_task + share_num must be >= 1");
   for (int i = 0; i < shared; ++i) {
     MLP expert(shared_input_dim, config.share_expert_net(), where + ".share_expert_net");

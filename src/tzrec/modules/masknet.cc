@@ -6,12 +6,17 @@
 #include <torch/nn/modules/linear.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/modules/mlp.h"
 
 namespace tzrec {
 
 MaskBlockImpl::MaskBlockImpl(int64_t input_dim, int64_t mask_input_dim,
                              const protos::MaskBlock& config, const std::string& where) {
   int64_t aggregation = 0;
+  const double ratio = config.reduction_ratio();
+  if (!(ratio >= 0.0 && ratio <= static_cast<double>(kMaxLayerWidth))) {
+    Fail(where, ".reduction_ratio must be a number >= 0, got ", ratio);
+  }
   if (config.reduction_ratio() != 0) {
     aggregation = static_cast<int64_t>(static_cast<double>(input_dim) * config.reduction_ratio());
   } else {
@@ -21,8 +26,11 @@ MaskBlockImpl::MaskBlockImpl(int64_t input_dim, int64_t mask_input_dim,
     Fail(where, ": the aggregation width (input_dim * reduction_ratio, or aggregation_dim with "
          "reduction_ratio 0) must be > 0, got ", aggregation);
   }
-  hidden_dim_ = config.hidden_dim();
-  if (hidden_dim_ <= 0) Fail(where, ".hidden_dim must be > 0");
+  CheckedWidth(aggregation, where + ".aggregation_dim (or input_dim * reduction_ratio)");
+  hidden_dim_ = CheckedWidth(config.hidden_dim(), where + ".hidden_dim");
+  CheckLinearSize(mask_input_dim, aggregation, where);
+  CheckLinearSize(aggregation, input_dim, where);
+  CheckLinearSize(input_dim, hidden_dim_, where);
   mask_generator_->push_back(torch::nn::Linear(mask_input_dim, aggregation));
   mask_generator_->push_back(torch::nn::ReLU());
   mask_generator_->push_back(torch::nn::Linear(aggregation, input_dim));
@@ -41,8 +49,7 @@ at::Tensor MaskBlockImpl::forward(const at::Tensor& feature_input, const at::Ten
 MaskNetModuleImpl::MaskNetModuleImpl(int64_t feature_dim, const protos::MaskNetModule& config,
                                      const std::string& where)
     : parallel_(config.use_parallel()) {
-  const int blocks = static_cast<int>(config.n_mask_blocks());
-  if (blocks < 1) Fail(where, ".n_mask_blocks must be >= 1");
+  const int blocks = static_cast<int>(CheckedCount(config.n_mask_blocks(), 1, kMaxModuleCount, where + ".n_mask_blocks"));
   ln_emb_ = register_module("ln_emb", torch::nn::LayerNorm(torch::nn::LayerNormOptions({feature_dim})));
   if (parallel_) {
     for (int i = 0; i < blocks; ++i) {

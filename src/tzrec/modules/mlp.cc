@@ -6,6 +6,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <cmath>
 #include <map>
 
 #include "tzrec/common/error.h"
@@ -48,11 +49,33 @@ double TakeArg(std::map<std::string, double>* args, const std::string& key, doub
 
 }  // namespace
 
+int64_t CheckedWidth(int64_t value, const std::string& field) {
+  if (value < 1 || value > kMaxLayerWidth) {
+    Fail(field, " must be in [1, ", kMaxLayerWidth, "], got ", value);
+  }
+  return value;
+}
+
+void CheckLinearSize(int64_t in_features, int64_t out_features, const std::string& where) {
+  if (in_features > 0 && out_features > kMaxLayerParameters / in_features) {
+    Fail(where, ": a ", in_features, " x ", out_features, " layer has more than ",
+         kMaxLayerParameters, " weights");
+  }
+}
+
+int64_t CheckedCount(int64_t count, int64_t min, int64_t max, const std::string& field) {
+  if (count < min || count > max) Fail(field, " must be in [", min, ", ", max, "], got ", count);
+  return count;
+}
+
 torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hidden_size,
                                       const std::string& where) {
   std::string name;
   std::map<std::string, double> args;
   ParseActivation(activation, &name, &args, where);
+  for (const auto& [key, value] : args) {
+    if (!std::isfinite(value)) Fail(where, ".activation: argument ", key, " of '", activation, "' is not finite");
+  }
   torch::nn::AnyModule module;
   if (name == "nn.ReLU") {
     module = torch::nn::AnyModule(torch::nn::ReLU());
@@ -70,9 +93,14 @@ torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hid
     module = torch::nn::AnyModule(torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(
                                       TakeArg(&args, "negative_slope", 0.01))));
   } else if (name == "nn.PReLU") {
+    // One slope, or one per channel of this layer; PReLU broadcasts nothing else.
+    const double count = TakeArg(&args, "num_parameters", 1);
+    if (count != 1 && count != static_cast<double>(hidden_size)) {
+      Fail(where, ".activation: num_parameters of '", activation, "' must be 1 or the layer width ",
+           hidden_size);
+    }
     module = torch::nn::AnyModule(torch::nn::PReLU(torch::nn::PReLUOptions()
-                                  .num_parameters(static_cast<int64_t>(
-                                      TakeArg(&args, "num_parameters", 1)))
+                                  .num_parameters(static_cast<int64_t>(count))
                                   .init(TakeArg(&args, "init", 0.25))));
   } else {
     Fail(where, ".activation: '", activation,
@@ -83,7 +111,6 @@ torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hid
     Fail(where, ".activation: argument '", args.begin()->first, "' of '", activation,
          "' not supported yet");
   }
-  (void)hidden_size;
   return module;
 }
 
@@ -91,6 +118,10 @@ PerceptronImpl::PerceptronImpl(int64_t in_features, int64_t out_features,
                                const std::string& activation, bool use_bn, bool bias,
                                double dropout_ratio, bool use_ln, const std::string& where) {
   if (use_bn && use_ln) Fail(where, ": use_bn and use_ln cannot both be true");
+  CheckLinearSize(in_features, out_features, where);
+  if (!(dropout_ratio >= 0.0 && dropout_ratio < 1.0)) {
+    Fail(where, ".dropout_ratio must be in [0, 1), got ", dropout_ratio);
+  }
   linear_ = torch::nn::Linear(
       torch::nn::LinearOptions(in_features, out_features).bias(use_bn ? false : bias));
   perceptron_->push_back(linear_);
@@ -120,6 +151,7 @@ at::Tensor PerceptronImpl::forward(const at::Tensor& input) {
 MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::string& where) {
   const int layers = config.hidden_units_size();
   if (layers == 0) Fail(where, ".hidden_units is empty");
+  if (in_features < 1) Fail(where, ": the input is empty (", in_features, " values; an empty feature group?)");
   std::vector<double> dropout(layers, 0.0);
   if (config.dropout_ratio_size() == 1) {
     dropout.assign(layers, config.dropout_ratio(0));
@@ -131,8 +163,14 @@ MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::stri
     for (int i = 0; i < layers; ++i) dropout[i] = config.dropout_ratio(i);
   }
   int64_t in = in_features;
+  for (int i = 0; i < config.dropout_ratio_size(); ++i) {
+    const double ratio = config.dropout_ratio(i);
+    if (!(ratio >= 0.0 && ratio < 1.0)) {  // NaN too
+      Fail(where, ".dropout_ratio[", i, "] must be in [0, 1), got ", ratio);
+    }
+  }
   for (int i = 0; i < layers; ++i) {
-    int64_t out = config.hidden_units(i);
+    int64_t out = CheckedWidth(config.hidden_units(i), StrCat(where, ".hidden_units[", i, "]"));
     mlp_->push_back(Perceptron(in, out, config.activation(), config.use_bn(), config.bias(),
                                dropout[i], config.use_ln(), where));
     in = out;

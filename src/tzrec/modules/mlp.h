@@ -19,6 +19,21 @@
 
 namespace tzrec {
 
+// The widest layer (hidden units, expert counts times widths, classes) a module accepts: far
+// beyond any recommendation model, and small enough that in * out stays a sane allocation.
+constexpr int64_t kMaxLayerWidth = int64_t{1} << 20;
+// The most parameters one Linear layer may have (4 GiB of float weights).
+constexpr int64_t kMaxLayerParameters = int64_t{1} << 30;
+
+// `value` checked to be in [1, kMaxLayerWidth]; the error names `field` (a config path).
+int64_t CheckedWidth(int64_t value, const std::string& field);
+// Fails naming `where` when an in x out Linear would exceed kMaxLayerParameters.
+void CheckLinearSize(int64_t in_features, int64_t out_features, const std::string& where);
+// The most experts, mask blocks or similar repeated sub-modules of one module.
+constexpr int64_t kMaxModuleCount = 1024;
+// `count` checked to be in [min, max] (expert and block counts); the error names `field`.
+int64_t CheckedCount(int64_t count, int64_t min, int64_t max, const std::string& field);
+
 class PerceptronImpl : public torch::nn::Module {
  public:
   PerceptronImpl(int64_t in_features, int64_t out_features, const std::string& activation,

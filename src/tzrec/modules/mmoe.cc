@@ -16,7 +16,7 @@ at::Tensor MixExperts(const at::Tensor& gate_logits, const at::Tensor& experts) 
 MMoEImpl::MMoEImpl(int64_t in_features, const protos::MLP& expert_mlp, int num_expert,
                    int num_task, const protos::MLP* gate_mlp, const std::string& where)
     : num_expert_(num_expert), num_task_(num_task) {
-  if (num_expert < 1) Fail(where, ".num_expert must be >= 1");
+  CheckedCount(num_expert, 1, kMaxModuleCount, where + ".num_expert");
   if (num_task < 1) Fail(where, ".task_towers: at least one task tower is required");
   for (int i = 0; i < num_expert; ++i) {
     MLP expert(in_features, expert_mlp, where + ".expert_mlp");

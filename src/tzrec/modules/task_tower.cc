@@ -4,6 +4,7 @@ namespace tzrec {
 
 TaskTowerImpl::TaskTowerImpl(int64_t in_features, int64_t num_class, const protos::MLP* mlp,
                              const std::string& where) {
+  CheckedWidth(num_class, where + ".num_class");
   int64_t linear_in = in_features;
   if (mlp) {
     tower_mlp_ = register_module("tower_mlp", MLP(in_features, *mlp, where + ".mlp"));

@@ -88,8 +88,9 @@ void BuildModel(Pipeline* p, DistContext* dist) {
     p->sparse_lr = CreateLearningRateSchedule(train.sparse_optimizer(), "train_config.sparse_optimizer");
     p->dense_lr = CreateLearningRateSchedule(train.dense_optimizer(), "train_config.dense_optimizer");
     tables.optimizer = p->sparse_optimizer.get();
-    // Whole tables may use at most 80% of this machine's memory split over its ranks.
-    const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    // Whole tables may use at most 80% of this machine's (or container's) memory split over
+    // its ranks.
+    const int64_t memory = UsableMemoryBytes();
     const int local_ranks = dist ? std::max(1, dist->env.local_world_size) : 1;
     p->plan = PlanSharding(p->config, p->model->embedding_collection().table_specs(), world,
                            memory > 0 ? memory / local_ranks / 10 * 8 : 0);

@@ -21,11 +21,13 @@
 #include "tzrec/common/strings.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
+#include "tzrec/config/supported_fields.h"
 #include "tzrec/input/dataset.h"
 #include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/metrics/auc.h"
+#include "tzrec/tools/gen_data_raw.h"
 #include "tzrec/tools/gen_data_tasks.h"
 
 namespace tzrec {
@@ -34,6 +36,11 @@ namespace {
 using gen_data_internal::CollectGroupingKeys;
 using gen_data_internal::HashString;
 using gen_data_internal::SplitMix64;
+using gen_data_internal::FormatFloat;
+using gen_data_internal::PlanRawInputs;
+using gen_data_internal::RawInput;
+using gen_data_internal::RawValueDrawer;
+using gen_data_internal::SampleZipf;
 using gen_data_internal::PlanTasks;
 using gen_data_internal::Task;
 using gen_data_internal::TaskTowers;
@@ -66,21 +73,6 @@ struct HiddenFeature {
            HashedNormal((key ^ salt) ^ SplitMix64(static_cast<uint64_t>(id) * 131 + 7 + k));
   }
 };
-
-// Zipf-like rank in [0, n): inverse CDF of a continuous power law with exponent s > 1.
-int64_t SampleZipf(std::mt19937_64& rng, int64_t n, double s) {
-  double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-  double one_minus_s = 1.0 - s;
-  double top = std::pow(static_cast<double>(n) + 1.0, one_minus_s);
-  double x = std::pow((top - 1.0) * u + 1.0, 1.0 / one_minus_s);
-  return std::min<int64_t>(n - 1, std::max<int64_t>(0, static_cast<int64_t>(x) - 1));
-}
-
-std::string FormatFloat(double value) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g", value);
-  return buf;
-}
 
 std::string Quote(const std::string& field, char delimiter) {
   if (field.find(delimiter) == std::string::npos && field.find('"') == std::string::npos &&
@@ -176,13 +168,18 @@ class Generator {
         Fail("gen_data: the config names no columns; set data_config.with_header: true or ",
              "data_config.input_fields");
       }
+      // A field may be both a label and a feature input (pepnet_taobao's `occupation`): one
+      // column, holding the label, which the feature then reads.
+      auto add = [&](const std::string& name) {
+        if (std::find(columns_.begin(), columns_.end(), name) == columns_.end()) columns_.push_back(name);
+      };
       if (generator_) {
-        for (const auto& input : raw_inputs_) columns_.push_back(input.column);
+        for (const auto& input : raw_inputs_) add(input.column);
       } else {
-        for (const auto& f : features_) columns_.push_back(f->name());
+        for (const auto& f : features_) add(f->name());
       }
-      for (const auto& l : labels_) columns_.push_back(l);
-      for (const auto& w : weights_) columns_.push_back(w);
+      for (const auto& l : labels_) add(l);
+      for (const auto& w : weights_) add(w);
     }
     write_header_ = data.with_header();
 
@@ -617,171 +614,6 @@ class Generator {
     return token;
   }
 
-  // ---------------------------------------------------------------- raw inputs (FG modes)
-
-  // How one raw column's values are drawn, from the first feature input that reads it.
-  struct RawInput {
-    std::string column;
-    const fg::FeatureInfo* info = nullptr;
-    size_t input_index = 0;  // which of the feature's inputs
-    bool sequence = false;
-  };
-
-  static std::vector<RawInput> PlanRawInputs(const std::vector<fg::FeatureInfo>& infos,
-                                             protos::FgMode mode) {
-    std::vector<RawInput> plan;
-    std::set<std::string> seen;
-    for (const auto& info : infos) {
-      for (size_t k = 0; k < info.inputs.size(); ++k) {
-        const fg::FeatureInput& input = info.inputs[k];
-        if (input.is_all || input.side == fg::Side::kConst) continue;
-        if (input.side == fg::Side::kFeature && mode == protos::FG_DAG) continue;
-        if (!seen.insert(input.column).second) continue;
-        plan.push_back({input.column, &info, k, input.is_sequence});
-      }
-    }
-    return plan;
-  }
-
-  // A categorical token the feature's bucketizer accepts.
-  std::string Token(const fg::FeatureInfo& info, std::mt19937_64& rng, const char* prefix,
-                    int64_t domain) {
-    const fg::Bucketizer& b = *info.bucketizer;
-    if (b.kind() == fg::Bucketizer::Kind::kNumBuckets) {
-      return std::to_string(SampleZipf(rng, b.num_embeddings(), options_.zipf_exponent));
-    }
-    if (b.kind() == fg::Bucketizer::Kind::kVocab && !b.effective_vocab_list().empty()) {
-      // The entries users list (not the reserved default / "<OOV>" slots).
-      std::vector<std::string> list;
-      for (const auto& entry : b.effective_vocab_list()) {
-        if (!entry.empty() && entry != "<OOV>") list.push_back(entry);
-      }
-      if (list.empty()) return "";
-      return list[SampleZipf(rng, static_cast<int64_t>(list.size()), options_.zipf_exponent)];
-    }
-    if (b.kind() == fg::Bucketizer::Kind::kVocab && !b.effective_vocab_dict().empty()) {
-      const auto& dict = b.effective_vocab_dict();
-      return dict[SampleZipf(rng, static_cast<int64_t>(dict.size()), options_.zipf_exponent)].first;
-    }
-    return prefix + std::to_string(SampleZipf(rng, domain, options_.zipf_exponent));
-  }
-
-  std::string Number(const fg::FeatureInfo& info, std::normal_distribution<double>& normal,
-                     std::mt19937_64& rng) {
-    const auto& bounds = info.bucketizer->boundaries();
-    if (!bounds.empty()) {
-      double lo = bounds.front(), hi = bounds.back();
-      double pad = bounds.size() > 1 ? (hi - lo) / static_cast<double>(bounds.size() - 1) : 1.0;
-      return FormatFloat(std::uniform_real_distribution<double>(lo - pad, hi + pad)(rng));
-    }
-    return FormatFloat(normal(rng));
-  }
-
-  // One value (one row, or one sequence step) of a raw input.
-  std::string RawValue(const RawInput& raw, std::mt19937_64& rng) {
-    const fg::FeatureInfo& info = *raw.info;
-    const std::string& sep = info.separator;
-    const std::string& t = info.type;
-    std::normal_distribution<double> normal(0.0, 1.0);
-    std::uniform_real_distribution<double> uniform(0.0, 1.0);
-    const int64_t domain = std::max<int64_t>(2, std::min<int64_t>(info.num_embeddings * 2, 100000));
-    auto several = [&](int n, const std::function<std::string()>& one) {
-      std::string text;
-      for (int i = 0; i < n; ++i) text += (i ? sep : std::string()) + one();
-      return text;
-    };
-    if (t == "id_feature" || t == "combo_feature") {
-      int n = uniform(rng) < options_.multi_value_fraction ? 2 : 1;
-      return several(n, [&] {
-        std::string token = Token(info, rng, t == "id_feature" ? "v" : "c", t == "id_feature" ? domain : 30);
-        if (info.weighted) token += ":" + FormatFloat(0.5 + uniform(rng));
-        return token;
-      });
-    }
-    if (t == "raw_feature" || t == "expr_feature") {
-      int n = t == "raw_feature" ? std::max(1, info.value_dim) : 1;
-      return several(n, [&] { return Number(info, normal, rng); });
-    }
-    if (t == "lookup_feature") {
-      const int dim = std::max(1, info.value_dim);
-      const bool discrete = info.bucketizer->kind() != fg::Bucketizer::Kind::kNone &&
-                            info.bucketizer->kind() != fg::Bucketizer::Kind::kBoundaries;
-      if (raw.input_index == 1) return several(1 + (uniform(rng) < 0.3), [&] { return "k" + std::to_string(rng() % 20); });
-      return several(1 + rng() % 6, [&] {
-        std::string value;
-        if (discrete) {
-          value = Token(info, rng, "v", domain);
-        } else {
-          for (int d = 0; d < dim; ++d) value += (d ? "," : "") + Number(info, normal, rng);
-        }
-        return "k" + std::to_string(rng() % 20) + ":" + value;
-      });
-    }
-    if (t == "match_feature") {
-      if (raw.input_index == 1) return "p" + std::to_string(rng() % 5);
-      if (raw.input_index == 2) return "s" + std::to_string(rng() % 8);
-      const bool discrete = info.bucketizer->kind() != fg::Bucketizer::Kind::kNone &&
-                            info.bucketizer->kind() != fg::Bucketizer::Kind::kBoundaries;
-      std::string text;
-      for (int p = 0; p < 5; ++p) {
-        if (uniform(rng) < 0.4) continue;
-        if (!text.empty()) text += "|";
-        text += "p" + std::to_string(p) + "^";
-        for (int s = 0, first = 1; s < 8; ++s) {
-          if (uniform(rng) < 0.5) continue;
-          text += (first ? "" : ",") + ("s" + std::to_string(s)) + ":" +
-                  (discrete ? Token(info, rng, "v", domain) : Number(info, normal, rng));
-          first = 0;
-        }
-      }
-      return text;
-    }
-    if (t == "overlap_feature") {
-      return several(1 + rng() % 4, [&] { return "w" + std::to_string(SampleZipf(rng, 30, 1.1)); });
-    }
-    if (t == "kv_dot_product") {
-      return several(1 + rng() % 4, [&] {
-        return "k" + std::to_string(rng() % 12) + ":" + FormatFloat(uniform(rng));
-      });
-    }
-    if (t == "bool_mask_feature") {
-      // Values and mask both hold 3 entries so they line up.
-      if (raw.input_index == 1) return several(3, [&] { return std::string(uniform(rng) < 0.6 ? "true" : "false"); });
-      return several(3, [&] { return Token(info, rng, "v", domain); });
-    }
-    if (t == "combine_feature") {
-      const auto& config = static_cast<const protos::CombineFeature&>(*info.config);
-      if (config.value_map_size() > 0) {
-        std::vector<std::string> keys;
-        for (const auto& kv : config.value_map()) keys.push_back(kv.first);
-        std::sort(keys.begin(), keys.end());
-        return several(1 + rng() % 2, [&] { return keys[rng() % keys.size()]; });
-      }
-      if (info.bucketizer->kind() == fg::Bucketizer::Kind::kNumBuckets) {
-        return std::to_string(rng() % info.bucketizer->num_embeddings());
-      }
-      return Number(info, normal, rng);
-    }
-    if (t == "custom_feature") {
-      // Text for the string operators (EditDistance, RegexReplace), numbers otherwise (SeqExpr
-      // formulas, distances).
-      const std::string op = static_cast<const protos::CustomFeature&>(*info.config).operator_name();
-      if (op == "EditDistance" || op == "RegexReplace") {
-        return "w" + std::to_string(SampleZipf(rng, 30, 1.1)) + "w" + std::to_string(rng() % 5);
-      }
-      return FormatFloat(100.0 * uniform(rng));
-    }
-    if (t == "tokenize_feature") {
-      static const char* kWords[] = {"red", "blue", "shoe", "dress", "phone", "case", "summer",
-                                     "winter", "sale", "new", "women", "men", "kids", "sport"};
-      std::string text;
-      const int n = 2 + static_cast<int>(rng() % 5);
-      for (int i = 0; i < n; ++i) text += (i ? " " : "") + std::string(kWords[rng() % 14]);
-      return text;
-    }
-    return Token(info, rng, "v", domain);
-  }
-
   // Raw cells of one row; grouped sequences share a step count per row.
   std::map<std::string, std::string> RawRow(std::mt19937_64& rng) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -794,17 +626,18 @@ class Generator {
           cells[raw.column] = GroupToken(*group->second, rng);
           continue;
         }
-        cells[raw.column] = uniform(rng) < options_.null_fraction ? std::string() : RawValue(raw, rng);
+        cells[raw.column] = uniform(rng) < options_.null_fraction ? std::string() : raw_drawer_.RawValue(raw, rng);
         continue;
       }
       const fg::FeatureInfo& info = *raw.info;
       auto it = steps.find(info.sequence_name);
       if (it == steps.end()) {
-        int most = static_cast<int>(std::min<int64_t>(info.sequence_length, 8));
+        // sequence_length 0 keeps every step; 8 is plenty for mock rows either way.
+        int most = static_cast<int>(info.sequence_length > 0 ? std::min<int64_t>(info.sequence_length, 8) : 8);
         it = steps.emplace(info.sequence_name, static_cast<int>(rng() % (most + 1))).first;
       }
       std::string text;
-      for (int s = 0; s < it->second; ++s) text += (s ? info.sequence_delim : std::string()) + RawValue(raw, rng);
+      for (int s = 0; s < it->second; ++s) text += (s ? info.sequence_delim : std::string()) + raw_drawer_.RawValue(raw, rng);
       cells[raw.column] = text;
     }
     for (const auto& column : group_columns_) {
@@ -837,6 +670,12 @@ class Generator {
         const DenseValues& dv = parsed.dense.at(f.name());
         const double divisor = std::max<double>(1.0, (end - begin) / dv.dim);
         for (size_t i = begin; i < end; ++i) {
+          // A value no draw should give (an expression outside its domain): the labels and
+          // the oracle would all be NaN.
+          if (!std::isfinite(dv.values[i])) {
+            Fail("gen_data: ", f.config_path(), " gave ", dv.values[i], " for a drawn row; ",
+                 "its expression or normalizer is not finite on gen_data's raw values");
+          }
           const int dim = static_cast<int>((i - begin) % dv.dim);
           inputs.dense[h].push_back({dim, dv.values[i], divisor});
         }
@@ -974,6 +813,7 @@ class Generator {
 
   const protos::EasyRecConfig& config_;
   GenDataOptions options_;
+  RawValueDrawer raw_drawer_{options_};  // after options_, which it copies
   protos::FgMode data_mode_ = protos::FG_NONE;
   std::vector<Task> tasks_;  // one per label field, in label order
   std::vector<int> order_;   // tasks in drawing order (parents first)
@@ -1153,6 +993,9 @@ int GenDataMain(const std::vector<std::string>& args) {
   if (flags.Get("pipeline_config_path").empty()) Fail("gen_data: --pipeline_config_path is required");
   auto config = LoadPipelineConfig(flags.Get("pipeline_config_path"));
   if (!flags.Get("edit_config_json").empty()) EditConfigJson(&config, flags.Get("edit_config_json"));
+  // The check train_eval runs first: an unsupported field otherwise surfaces as whatever
+  // gen_data's own use of the config trips over.
+  CheckConfigSupported(config);
   GenDataOptions options;
   options.output_dir = flags.Get("output_dir");
   options.train_rows = flags.GetInt("train_rows");
