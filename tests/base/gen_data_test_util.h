@@ -41,6 +41,26 @@ inline GenDataResult Generate(const protos::EasyRecConfig& config, const std::st
   return GenerateMockData(config, gen);
 }
 
+// A config's features (with its feature generator for FG configs) and an eval Dataset of
+// them over `pattern`.
+struct ConfigDataset {
+  std::vector<std::unique_ptr<Feature>> features;
+  std::vector<const Feature*> pointers;
+  std::unique_ptr<Dataset> dataset;
+  ConfigDataset(const protos::EasyRecConfig& config, const std::string& pattern) {
+    const auto& data_config = config.data_config();
+    features = CreateFeatures(config.feature_configs(), data_config);
+    std::shared_ptr<const fg::FeatureGenerator> generator;
+    if (data_config.fg_mode() != protos::FG_NONE) {
+      generator = std::make_shared<fg::FeatureGenerator>(
+          fg::DescribeFeatures(config.feature_configs(), data_config.fg_mode()),
+          data_config.fg_mode(), data_config.fg_encoded_multival_sep());
+    }
+    for (const auto& f : features) pointers.push_back(f.get());
+    dataset = std::make_unique<Dataset>(data_config, pointers, pattern, DatasetMode::kEval, 1, generator);
+  }
+};
+
 // Rows read back through the Dataset (with feature generation for FG configs): labels by
 // field and, per row, the ids of feature `key` (empty when not asked for).
 struct ReadRows {
@@ -51,18 +71,8 @@ struct ReadRows {
 
 inline ReadRows ReadBack(const protos::EasyRecConfig& config, const std::string& pattern,
                   const std::string& key = "") {
-  const auto& data_config = config.data_config();
-  auto features = CreateFeatures(config.feature_configs(), data_config);
-  std::shared_ptr<const fg::FeatureGenerator> generator;
-  if (data_config.fg_mode() != protos::FG_NONE) {
-    generator = std::make_shared<fg::FeatureGenerator>(
-        fg::DescribeFeatures(config.feature_configs(), data_config.fg_mode()),
-        data_config.fg_mode(), data_config.fg_encoded_multival_sep());
-  }
-  std::vector<const Feature*> pointers;
-  for (const auto& f : features) pointers.push_back(f.get());
-  Dataset dataset(data_config, pointers, pattern, DatasetMode::kEval, 1, generator);
-  auto stream = dataset.Open(0);
+  ConfigDataset data(config, pattern);
+  auto stream = data.dataset->Open(0);
   ReadRows rows;
   ParsedBatch batch;
   while (stream->Next(&batch)) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/gen_data_test_util.h"
 #include "fg/fg_test_util.h"
 #include "test_util.h"
 #include "tzrec/config/edit_config.h"
@@ -31,18 +32,9 @@ void CheckGeneratedFeatures(const std::string& name, const std::string& edits) {
   auto data = GenerateMockData(config, gen);
   EXPECT_GT(data.oracle_auc, 0.6);
 
-  const auto& data_config = config.data_config();
-  auto features = CreateFeatures(config.feature_configs(), data_config);
-  std::shared_ptr<const fg::FeatureGenerator> generator;
-  if (data_config.fg_mode() != protos::FG_NONE) {
-    generator = std::make_shared<fg::FeatureGenerator>(
-        fg::DescribeFeatures(config.feature_configs(), data_config.fg_mode()),
-        data_config.fg_mode(), data_config.fg_encoded_multival_sep());
-  }
-  std::vector<const Feature*> pointers;
-  for (const auto& f : features) pointers.push_back(f.get());
-  Dataset dataset(data_config, pointers, data.train_pattern, DatasetMode::kEval, 1, generator);
-  auto stream = dataset.Open(0);
+  gen_data_test::ConfigDataset read(config, data.train_pattern);
+  const std::vector<const Feature*>& pointers = read.pointers;
+  auto stream = read.dataset->Open(0);
   ParsedBatch batch;
   ASSERT_TRUE(stream->Next(&batch));
   ASSERT_GT(batch.size, 0);

@@ -23,6 +23,23 @@
 namespace fs = std::filesystem;
 
 namespace tzrec {
+namespace {
+
+// write(2) until all of `data` is out (retrying EINTR); false with `*error` set otherwise.
+bool WriteAll(int fd, const char* data, size_t size, int* error) {
+  for (size_t done = 0; done < size;) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error = n < 0 ? errno : ENOSPC;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
 
 std::vector<std::string> DataFilesIn(const std::string& directory) {
   std::vector<std::string> files;
@@ -107,14 +124,8 @@ void WriteFileAtomic(const std::string& path, const char* data, size_t size) {
   std::string tmp = TempSiblingPath(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) Fail("cannot write file '", tmp, "': ", std::strerror(errno));
-  bool ok = true;
-  for (size_t done = 0; ok && done < size;) {
-    ssize_t n = ::write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  const int write_errno = errno;
+  int write_errno = 0;
+  bool ok = WriteAll(fd, data, size, &write_errno);
   // Data on disk before the name: after a power loss the file is either the old one or complete.
   ok = ok && ::fsync(fd) == 0;
   ok = (::close(fd) == 0) && ok;
@@ -150,14 +161,8 @@ void AppendLine(const std::string& path, const std::string& line) {
     Fail("cannot open '", path, "' for appending: ", std::strerror(errno));
   }
   const std::string text = line + '\n';
-  bool ok = true;
-  for (size_t done = 0; ok && done < text.size();) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  const int write_errno = errno;
+  int write_errno = 0;
+  bool ok = WriteAll(fd, text.data(), text.size(), &write_errno);
   ok = (::close(fd) == 0) && ok;
   if (!ok) Fail("failed appending to '", path, "': ", std::strerror(write_errno ? write_errno : errno));
 }

@@ -138,6 +138,14 @@ void CheckPickle(const std::string& b, size_t begin, size_t size, const std::str
   auto need = [&](uint64_t bytes) {
     if (bytes > end - at) bad("an argument runs past the end");
   };
+  // A length of `width` bytes, then that many bytes.
+  auto skip_counted = [&](int width) {
+    need(width);
+    const uint64_t len = Le(b, at, width);
+    at += width;
+    need(len);
+    at += len;
+  };
   auto line = [&] {
     const size_t nl = b.find('\n', at);
     if (nl == std::string::npos || nl >= end) bad("an unterminated text argument");
@@ -163,22 +171,8 @@ void CheckPickle(const std::string& b, size_t begin, size_t size, const std::str
         break;
       }
       case 'G': need(8); at += 8; break;
-      case 'U': case 'C': case 0x8c: case 0x8a: {
-        need(1);
-        const uint64_t len = Le(b, at, 1);
-        at += 1;
-        need(len);
-        at += len;
-        break;
-      }
-      case 'T': case 'B': case 'X': case 0x8b: {
-        need(4);
-        const uint64_t len = Le(b, at, 4);
-        at += 4;
-        need(len);
-        at += len;
-        break;
-      }
+      case 'U': case 'C': case 0x8c: case 0x8a: skip_counted(1); break;  // 1-byte length
+      case 'T': case 'B': case 'X': case 0x8b: skip_counted(4); break;    // 4-byte length
       case 'c': line(); line(); break;  // GLOBAL module\nname\n
       case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': line(); break;
       case 'p': case 'g': {

@@ -184,13 +184,17 @@ void Trainer::CheckFiniteLoss(const at::Tensor& total, const NamedLosses& losses
 }
 
 void Trainer::CheckFiniteGradients(int64_t step) const {
-  const auto& named = pipeline_->model->named_parameters();
-  for (const auto& item : named) {
-    const at::Tensor& grad = item.value().grad();
+  for (const at::Tensor& param : dense_params_) {
+    const at::Tensor& grad = param.grad();
     if (AllFinite(grad)) continue;
-    Fail("step ", step, ": the gradient of ", item.key(), " has non-finite values (",
-         Describe(CountNonFinite(grad)), ") although the loss is finite; training stopped before the dense weights were ",
-         "updated, and no checkpoint was written for this step.");
+    // Names only on the failure path: named_parameters() builds a dict of strings.
+    std::string name = "a dense parameter";
+    for (const auto& item : pipeline_->model->named_parameters()) {
+      if (item.value().is_same(param)) name = item.key();
+    }
+    Fail("step ", step, ": the gradient of ", name, " has non-finite values (",
+         Describe(CountNonFinite(grad)), ") although the loss is finite; training stopped before ",
+         "the dense weights were updated, and no checkpoint was written for this step.");
   }
 }
 
