@@ -137,16 +137,17 @@ TEST(SupportedFields, OdpsAndOtherDatasetSettingsAreAccepted) {
 }
 
 TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
-  auto config = LoadPipelineConfig(testing::ReferenceConfig("multi_tower_din_taobao.config"));
+  auto config = LoadPipelineConfig(testing::ReferenceConfig("dssm_taobao.config"));
   auto unsupported = FindUnsupportedFields(config);
   bool named = false;
-  for (const auto& u : unsupported) named = named || u.path == "model_config.multi_tower_din";
+  for (const auto& u : unsupported) named = named || u.path == "model_config.dssm";
   EXPECT_TRUE(named);
 }
 
 TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
   for (const char* name : {"deepfm_criteo.config", "dlrm_criteo.config", "mmoe_taobao.config",
-                           "dbmtl_taobao.config"}) {
+                           "dbmtl_taobao.config", "multi_tower_din_taobao.config",
+                           "multi_tower_din_mock.config", "dbmtl_has_sequence_mock.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     auto unsupported = FindUnsupportedFields(config);
     EXPECT_TRUE(unsupported.empty()) << name << ": " << (unsupported.empty() ? "" : unsupported[0].path);

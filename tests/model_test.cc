@@ -298,7 +298,7 @@ TEST(EmbeddingGroup, SharingShapesAndErrors) {
   bad = config.model_config();
   bad.mutable_feature_groups(0)->set_group_type(protos::SEQUENCE);
   EXPECT_TZREC_ERROR(make(bad, &scratch),
-                     "model_config.feature_groups[0].group_type: SEQUENCE not supported yet");
+                     "model_config.feature_groups[0]: sequence group 'g1' has no sequence feature");
 }
 
 }  // namespace

@@ -35,6 +35,9 @@ struct SimpleRows {
   std::map<std::string, std::vector<std::vector<float>>> dense;
   std::map<std::string, std::vector<float>> labels;
   std::map<std::string, std::vector<float>> weights;
+  // Sequence features: [row][step] ids (sparse) or values (dense, value_dim each).
+  std::map<std::string, std::vector<std::vector<std::vector<int64_t>>>> sequences;
+  std::map<std::string, std::vector<std::vector<std::vector<float>>>> dense_sequences;
 };
 
 inline Batch MakeBatch(const SimpleRows& rows, int64_t size) {
@@ -51,6 +54,29 @@ inline Batch MakeBatch(const SimpleRows& rows, int64_t size) {
     DenseValues& dv = parsed.dense[name];
     dv.dim = per_row.empty() ? 1 : static_cast<int32_t>(per_row[0].size());
     for (const auto& v : per_row) dv.values.insert(dv.values.end(), v.begin(), v.end());
+  }
+  for (const auto& [name, per_row] : rows.sequences) {
+    SparseValues& sv = parsed.sparse[name];
+    sv.sequence = true;
+    for (const auto& steps : per_row) {
+      sv.lengths.push_back(static_cast<int32_t>(steps.size()));
+      for (const auto& ids : steps) {
+        sv.values.insert(sv.values.end(), ids.begin(), ids.end());
+        sv.key_lengths.push_back(static_cast<int32_t>(ids.size()));
+      }
+    }
+  }
+  for (const auto& [name, per_row] : rows.dense_sequences) {
+    DenseValues& dv = parsed.dense[name];
+    dv.sequence = true;
+    dv.dim = 1;
+    for (const auto& steps : per_row) {
+      dv.lengths.push_back(static_cast<int32_t>(steps.size()));
+      for (const auto& v : steps) {
+        dv.dim = static_cast<int32_t>(v.size());
+        dv.values.insert(dv.values.end(), v.begin(), v.end());
+      }
+    }
   }
   parsed.labels = rows.labels;
   parsed.sample_weights = rows.weights;

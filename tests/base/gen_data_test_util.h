@@ -32,8 +32,8 @@ inline protos::EasyRecConfig Config(const std::string& name, const std::string& 
 }
 
 inline GenDataResult Generate(const protos::EasyRecConfig& config, const std::string& dir,
-                       int64_t train_rows = 4000, int64_t eval_rows = 2000) {
-  GenDataOptions gen;
+                       int64_t train_rows = 4000, int64_t eval_rows = 2000,
+                       GenDataOptions gen = GenDataOptions()) {
   gen.output_dir = dir;
   gen.train_rows = train_rows;
   gen.eval_rows = eval_rows;
@@ -62,15 +62,18 @@ struct ConfigDataset {
 };
 
 // Rows read back through the Dataset (with feature generation for FG configs): labels by
-// field and, per row, the ids of feature `key` (empty when not asked for).
+// field and, per row, the ids of feature `key` (empty when not asked for); for each feature
+// in `features`, per row, its ids (sparse; a sequence's in step order) and steps (sequences).
 struct ReadRows {
   int64_t size = 0;
   std::map<std::string, std::vector<float>> labels;
   std::vector<std::vector<int64_t>> keys;
+  std::map<std::string, std::vector<std::vector<int64_t>>> ids;
+  std::map<std::string, std::vector<int32_t>> steps;
 };
 
 inline ReadRows ReadBack(const protos::EasyRecConfig& config, const std::string& pattern,
-                  const std::string& key = "") {
+                  const std::string& key = "", const std::vector<std::string>& features = {}) {
   ConfigDataset data(config, pattern);
   auto stream = data.dataset->Open(0);
   ReadRows rows;
@@ -89,6 +92,29 @@ inline ReadRows ReadBack(const protos::EasyRecConfig& config, const std::string&
         auto first = sv.values.begin() + value;
         rows.keys.emplace_back(first, first + sv.lengths[r]);
         value += sv.lengths[r];
+      }
+    }
+    for (const auto& name : features) {
+      auto dense = batch.dense.find(name);
+      if (dense != batch.dense.end()) {
+        for (int64_t r = 0; r < batch.size; ++r) {
+          rows.ids[name].emplace_back();
+          rows.steps[name].push_back(dense->second.lengths.empty() ? 1 : dense->second.lengths[r]);
+        }
+        continue;
+      }
+      const SparseValues& sv = batch.sparse.at(name);
+      size_t value = 0, step = 0;
+      for (int64_t r = 0; r < batch.size; ++r) {
+        size_t n = 0;
+        if (sv.key_lengths.empty()) {
+          n = sv.lengths[r];
+        } else {
+          for (int32_t s = 0; s < sv.lengths[r]; ++s) n += sv.key_lengths[step++];
+        }
+        rows.ids[name].emplace_back(sv.values.begin() + value, sv.values.begin() + value + n);
+        rows.steps[name].push_back(sv.key_lengths.empty() ? 1 : sv.lengths[r]);
+        value += n;
       }
     }
     batch = ParsedBatch();

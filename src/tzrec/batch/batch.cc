@@ -50,6 +50,22 @@ const at::Tensor& Batch::Dense(const std::string& name, const std::string& data_
   return it->second;
 }
 
+const SequenceIds& Batch::Sequence(const std::string& name, const std::string& data_group) const {
+  const DataGroupBatch& g = group(data_group);
+  auto it = g.sequences.find(name);
+  if (it == g.sequences.end()) Fail("batch lacks sequence feature '", name, "' (data group ", data_group, ")");
+  return it->second;
+}
+
+const DenseSequence& Batch::DenseSeq(const std::string& name, const std::string& data_group) const {
+  const DataGroupBatch& g = group(data_group);
+  auto it = g.dense_sequences.find(name);
+  if (it == g.dense_sequences.end()) {
+    Fail("batch lacks dense sequence feature '", name, "' (data group ", data_group, ")");
+  }
+  return it->second;
+}
+
 const at::Tensor& Batch::Label(const std::string& name) const {
   auto it = labels.find(name);
   if (it == labels.end()) Fail("batch has no label '", name, "' (data_config.label_fields)");

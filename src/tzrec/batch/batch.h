@@ -68,6 +68,9 @@ struct Batch {
   // The jagged ids of sparse feature `name` in `data_group` (errors name what is missing).
   const JaggedIds& Sparse(const std::string& name, const std::string& data_group = kBaseDataGroup) const;
   const at::Tensor& Dense(const std::string& name, const std::string& data_group = kBaseDataGroup) const;
+  const SequenceIds& Sequence(const std::string& name, const std::string& data_group = kBaseDataGroup) const;
+  const DenseSequence& DenseSeq(const std::string& name,
+                                const std::string& data_group = kBaseDataGroup) const;
   const at::Tensor& Label(const std::string& name) const;
   const at::Tensor& SampleWeight(const std::string& name) const;
 };

@@ -19,11 +19,16 @@ int64_t EmbeddingCollection::TableBytes(const EmbeddingTableSpec& spec,
 }
 
 int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
-                                  const std::string& feature, const std::string& where) {
+                                  const std::string& feature, const std::string& where,
+                                  bool sequence) {
   TZREC_CHECK(!materialized_, "table '", name, "' added after Materialize");
   for (size_t i = 0; i < specs_.size(); ++i) {
     EmbeddingTableSpec& spec = specs_[i];
     if (spec.name != name) continue;
+    if (spec.sequence != sequence) {
+      Fail(where, ": embedding table name '", name, "' is used both by a pooled table and by a ",
+           "sequence group's table; rename one embedding_name");
+    }
     if (spec.rows != rows || spec.dim != dim) {
       Fail(where, ": embedding '", name, "' is shared with shape [", spec.rows, ", ", spec.dim,
            "] but this feature needs [", rows, ", ", dim, "]");
@@ -36,7 +41,7 @@ int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim
     }
     return static_cast<int>(i);
   }
-  specs_.push_back({name, rows, dim, trainable, {feature}});
+  specs_.push_back({name, rows, dim, trainable, {feature}, sequence});
   return static_cast<int>(specs_.size() - 1);
 }
 
@@ -47,6 +52,18 @@ int EmbeddingCollection::AddLookup(const Feature* feature, int table) {
   }
   lookups_.push_back({feature, table});
   return static_cast<int>(lookups_.size() - 1);
+}
+
+int EmbeddingCollection::AddSequenceLookup(const Feature* feature, int table) {
+  TZREC_CHECK(!materialized_, "lookup added after Materialize");
+  TZREC_CHECK(feature->is_sequence(), "feature '", feature->name(), "' is not a sequence");
+  for (size_t i = 0; i < sequence_lookups_.size(); ++i) {
+    if (sequence_lookups_[i].feature == feature && sequence_lookups_[i].table == table) {
+      return static_cast<int>(i);
+    }
+  }
+  sequence_lookups_.push_back({feature, table});
+  return static_cast<int>(sequence_lookups_.size() - 1);
 }
 
 void EmbeddingCollection::Materialize(MaterializeOptions options) {
@@ -115,13 +132,17 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
     }
   }
   table_bytes_ = bytes;
-  storage_lookups_.assign(storages_.size(), {});
-  for (size_t i = 0; i < lookups_.size(); ++i) {
-    EmbeddingStorage* storage = tables_[lookups_[i].table]->storage();
-    for (size_t s = 0; s < storages_.size(); ++s) {
-      if (storages_[s].get() == storage) storage_lookups_[s].push_back(static_cast<int>(i));
+  auto by_storage = [&](const std::vector<LookupSpec>& lookups, std::vector<std::vector<int>>* out) {
+    out->assign(storages_.size(), {});
+    for (size_t i = 0; i < lookups.size(); ++i) {
+      EmbeddingStorage* storage = tables_[lookups[i].table]->storage();
+      for (size_t s = 0; s < storages_.size(); ++s) {
+        if (storages_[s].get() == storage) (*out)[s].push_back(static_cast<int>(i));
+      }
     }
-  }
+  };
+  by_storage(lookups_, &storage_lookups_);
+  by_storage(sequence_lookups_, &storage_sequence_lookups_);
   materialized_ = true;
 }
 
@@ -133,9 +154,10 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
   out.storage_dim = storage_out_dims_;
   out.storage_of.assign(lookups_.size(), -1);
   out.position_of.assign(lookups_.size(), -1);
+  out.sequence_out.resize(sequence_lookups_.size());
   for (size_t s = 0; s < storages_.size(); ++s) {
-    if (storage_lookups_[s].empty()) continue;
-    std::vector<LookupTensors> inputs;
+    if (storage_lookups_[s].empty() && storage_sequence_lookups_[s].empty()) continue;
+    std::vector<LookupTensors> pooled, sequences;
     int64_t bags = -1;
     for (size_t k = 0; k < storage_lookups_[s].size(); ++k) {
       const int i = storage_lookups_[s][k];
@@ -151,15 +173,30 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
       if (feature->weighted()) {
         weights = ids.weights.defined() ? ids.weights : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
       }
-      inputs.push_back({ids.values, ids.offsets, tables_[lookup.table], feature->pooling() == "mean", weights});
+      pooled.push_back({ids.values, ids.offsets, tables_[lookup.table], feature->pooling() == "mean", weights});
       out.storage_of[i] = static_cast<int>(s);
       out.position_of[i] = static_cast<int>(k);
     }
-    out.storage_out[s] =
+    for (int i : storage_sequence_lookups_[s]) {
+      const LookupSpec& lookup = sequence_lookups_[i];
+      const Feature* feature = lookup.feature;
+      const SequenceIds& ids = batch.Sequence(feature->name(), feature->data_group());
+      at::Tensor weights;
+      if (feature->weighted()) {
+        weights = ids.weights.defined() ? ids.weights : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
+      }
+      sequences.push_back({ids.values, ids.key_offsets, tables_[lookup.table], feature->pooling() == "mean", weights});
+      if (bags < 0) bags = batch.group(feature->data_group()).size;
+    }
+    std::vector<at::Tensor> outputs =
         storage_shards_[s].sharded()
-            ? ShardedPooledLookup(storages_[s].get(), storage_shards_[s], comm_, inputs, bags, training)
-            : StoragePooledLookup(storages_[s].get(), inputs, bags, training,
-                                  exchange_ ? &exchange_ : nullptr);
+            ? ShardedLookup(storages_[s].get(), storage_shards_[s], comm_, pooled, sequences, bags, training)
+            : StorageLookup(storages_[s].get(), pooled, sequences, bags, training,
+                            exchange_ ? &exchange_ : nullptr);
+    out.storage_out[s] = outputs[0];
+    for (size_t j = 0; j < storage_sequence_lookups_[s].size(); ++j) {
+      out.sequence_out[storage_sequence_lookups_[s][j]] = outputs[1 + j];
+    }
   }
   return out;
 }
@@ -168,14 +205,17 @@ void EmbeddingCollection::LookupEmpty() {
   at::Tensor no_values = at::zeros({0}, at::kLong);
   at::Tensor one_offset = at::zeros({1}, at::kLong);
   for (size_t s = 0; s < storages_.size(); ++s) {
-    if (!storage_shards_[s].sharded() || storage_lookups_[s].empty()) continue;
-    std::vector<LookupTensors> inputs;
-    for (int i : storage_lookups_[s]) {
-      inputs.push_back({no_values, one_offset, tables_[lookups_[i].table],
-                        lookups_[i].feature->pooling() == "mean",
-                        lookups_[i].feature->weighted() ? at::zeros({0}, at::kFloat) : at::Tensor()});
-    }
-    ShardedPooledLookup(storages_[s].get(), storage_shards_[s], comm_, inputs, 0, /*training=*/false);
+    if (!storage_shards_[s].sharded()) continue;
+    if (storage_lookups_[s].empty() && storage_sequence_lookups_[s].empty()) continue;
+    auto empty = [&](const LookupSpec& lookup) {
+      return LookupTensors{no_values, one_offset, tables_[lookup.table],
+                           lookup.feature->pooling() == "mean",
+                           lookup.feature->weighted() ? at::zeros({0}, at::kFloat) : at::Tensor()};
+    };
+    std::vector<LookupTensors> pooled, sequences;
+    for (int i : storage_lookups_[s]) pooled.push_back(empty(lookups_[i]));
+    for (int i : storage_sequence_lookups_[s]) sequences.push_back(empty(sequence_lookups_[i]));
+    ShardedLookup(storages_[s].get(), storage_shards_[s], comm_, pooled, sequences, 0, /*training=*/false);
   }
 }
 

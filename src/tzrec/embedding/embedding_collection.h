@@ -1,4 +1,5 @@
-// EmbeddingCollection: the one owner of a model's embedding tables and pooled lookups.
+// EmbeddingCollection: the one owner of a model's embedding tables and their lookups (pooled,
+// and unpooled for sequence groups).
 //
 // Views (EmbeddingGroup, one per tower where a model needs its own) register the tables and
 // lookups their feature groups need; features naming the same embedding_name share one table
@@ -42,6 +43,9 @@ struct EmbeddingTableSpec {
   int dim = 0;
   bool trainable = true;
   std::vector<std::string> features;  // features looked up in it (their constraints apply)
+  // A table of the sequence groups (TorchEasyRec's EmbeddingCollection), separate from the
+  // pooled table of the same embedding_name (its EmbeddingBagCollection).
+  bool sequence = false;
 };
 
 // One forward of all lookups: per storage a [B, L*dim] output, and where each lookup sits.
@@ -50,6 +54,7 @@ struct LookupOutputs {
   std::vector<int> storage_dim;  // per storage: columns per lookup
   std::vector<int> storage_of;   // per lookup
   std::vector<int> position_of;  // per lookup: index among its storage's lookups
+  std::vector<at::Tensor> sequence_out;  // per sequence lookup: [steps, dim]
   // [B, dim] of lookup `i`.
   at::Tensor Of(int i) const {
     return storage_out[storage_of[i]].narrow(1, static_cast<int64_t>(position_of[i]) * storage_dim[storage_of[i]],
@@ -63,11 +68,16 @@ class EmbeddingCollection {
   // backward slot of every row. The planner and Materialize's memory check both use it.
   static int64_t TableBytes(const EmbeddingTableSpec& spec, const SparseOptimizerSpec* optimizer);
 
-  // Registers (or finds) table `name`; `where` names the config path in errors.
+  // Registers (or finds) table `name`; `where` names the config path in errors. `sequence`:
+  // a table of sequence groups (a pooled table of the same name is an error: callers name the
+  // two kinds apart).
   int AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
-               const std::string& feature, const std::string& where);
+               const std::string& feature, const std::string& where, bool sequence = false);
   // Registers (or finds) the pooled lookup of `feature`'s ids in `table`.
   int AddLookup(const Feature* feature, int table);
+  // Registers (or finds) the unpooled lookup of sequence feature `feature` in `table`: one
+  // [steps, dim] output per batch (LookupOutputs::sequence_out), steps pooled over their ids.
+  int AddSequenceLookup(const Feature* feature, int table);
   const std::vector<EmbeddingTableSpec>& table_specs() const { return specs_; }
 
   struct MaterializeOptions {
@@ -118,6 +128,7 @@ class EmbeddingCollection {
 
   std::vector<EmbeddingTableSpec> specs_;
   std::vector<LookupSpec> lookups_;
+  std::vector<LookupSpec> sequence_lookups_;
   bool materialized_ = false;
   const SparseOptimizer* optimizer_ = nullptr;
   SparseGradientExchange exchange_;
@@ -126,6 +137,7 @@ class EmbeddingCollection {
   std::vector<EmbeddingTable*> tables_;  // by spec index
   int64_t table_bytes_ = 0;
   std::vector<std::vector<int>> storage_lookups_;
+  std::vector<std::vector<int>> storage_sequence_lookups_;
   // Per storage: its placement (kDataParallel for fused storages of whole tables; a deque so
   // pointers handed to autograd stay valid) and the logical dim of its lookups' outputs.
   std::deque<TableShard> storage_shards_;

@@ -1,10 +1,59 @@
 #include "tzrec/embedding/embedding_group.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index_copy.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
 
 #include "tzrec/common/error.h"
 
 namespace tzrec {
+namespace {
+
+// Steps per row of a sequence feature (int32 [B]).
+const at::Tensor& StepLengths(const Feature* feature, const Batch& batch) {
+  if (feature->is_sparse()) return batch.Sequence(feature->name(), feature->data_group()).step_lengths;
+  return batch.DenseSeq(feature->name(), feature->data_group()).step_lengths;
+}
+
+int64_t MaxLength(const at::Tensor& lengths) {
+  const at::Tensor l = lengths.contiguous();
+  const int32_t* p = l.data_ptr<int32_t>();
+  int64_t most = 0;
+  for (int64_t i = 0; i < l.numel(); ++i) most = std::max<int64_t>(most, p[i]);
+  return most;
+}
+
+bool SameLengths(const at::Tensor& a, const at::Tensor& b) {
+  if (a.data_ptr() == b.data_ptr()) return true;
+  if (a.numel() != b.numel()) return false;
+  const at::Tensor x = a.contiguous(), y = b.contiguous();
+  return std::equal(x.data_ptr<int32_t>(), x.data_ptr<int32_t>() + x.numel(), y.data_ptr<int32_t>());
+}
+
+}  // namespace
+
+at::Tensor PadJagged(const at::Tensor& values, const at::Tensor& lengths, int64_t max_length) {
+  const int64_t rows = lengths.numel();
+  const int64_t longest = MaxLength(lengths);
+  const int64_t steps = max_length >= 0 ? max_length : longest;
+  TZREC_CHECK(longest <= steps, "a sequence of ", longest, " steps does not fit ", steps);
+  const int64_t total = values.size(0);
+  at::Tensor index = at::empty({total}, at::TensorOptions().dtype(at::kLong));
+  int64_t* idx = index.data_ptr<int64_t>();
+  const at::Tensor l = lengths.contiguous();
+  const int32_t* len = l.data_ptr<int32_t>();
+  int64_t j = 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    TZREC_CHECK(j + len[b] <= total, "sequence lengths sum past the ", total, " values");
+    for (int32_t t = 0; t < len[b]; ++t) idx[j++] = b * steps + t;
+  }
+  TZREC_CHECK(j == total, "sequence lengths sum to ", j, " but there are ", total, " values");
+  at::Tensor padded = at::zeros({rows * steps, values.size(1)}, values.options());
+  return at::index_copy(padded, 0, index, values).view({rows, steps, values.size(1)});
+}
 
 EmbeddingGroup::EmbeddingGroup(
     EmbeddingCollection* collection, const std::vector<const Feature*>& features,
@@ -14,15 +63,27 @@ EmbeddingGroup::EmbeddingGroup(
   for (int g = 0; g < groups.size(); ++g) {
     const auto& group = groups.Get(g);
     std::string where = StrCat(options.where, "[", g, "]");
-    if (group.group_type() != protos::DEEP && group.group_type() != protos::WIDE) {
-      Fail(where, ".group_type: ", protos::FeatureGroupType_Name(group.group_type()),
-           " not supported yet (supported: DEEP, WIDE)");
+    const std::string& name = group.group_name();
+    if (groups_.count(name) || sequence_groups_.count(name)) {
+      Fail(where, ".group_name: duplicate group '", name, "'");
     }
-    if (groups_.count(group.group_name())) {
-      Fail(where, ".group_name: duplicate group '", group.group_name(), "'");
+    const auto type = group.group_type();
+    const std::string suffix = group.embedding_name_suffix().empty() ? "" : "_" + group.embedding_name_suffix();
+    if (type == protos::SEQUENCE || type == protos::JAGGED_SEQUENCE) {
+      if (group.sequence_groups_size() > 0 || group.sequence_encoders_size() > 0) {
+        Fail(where, ": sequence_groups / sequence_encoders belong to DEEP groups, not to a ",
+             protos::FeatureGroupType_Name(type), " group");
+      }
+      AddSequenceGroup(collection, by_name, name, group.feature_names(), suffix,
+                       type == protos::JAGGED_SEQUENCE, options, where);
+      group_order_.push_back(name);
+      continue;
     }
-    if (group.feature_names_size() == 0) Fail(where, ".feature_names is empty");
-    const bool wide = group.group_type() == protos::WIDE;
+    const bool wide = type == protos::WIDE;
+    if (wide && group.sequence_groups_size() > 0) Fail(where, ".sequence_groups: only DEEP groups nest sequence groups");
+    if (group.feature_names_size() == 0 && group.sequence_groups_size() == 0) {
+      Fail(where, ".feature_names is empty");
+    }
     std::vector<Member> members;
     for (const auto& feature_name : group.feature_names()) {
       auto it = by_name.find(feature_name);
@@ -30,14 +91,14 @@ EmbeddingGroup::EmbeddingGroup(
       const Feature* feature = it->second;
       if (feature->is_sequence()) {
         Fail(where, ": sequence feature '", feature_name, "' in a ", wide ? "WIDE" : "DEEP",
-             " group is not supported yet (sequence groups and encoders are not implemented)");
+             " group; put it in a SEQUENCE group or in this group's sequence_groups");
       }
       Member member;
       member.feature = feature;
       if (feature->is_sparse()) {
         const int dim = wide ? options.wide_embedding_dim : feature->embedding_dim();
         const std::string table_name =
-            options.table_prefix + feature->embedding_name() + (wide ? "_wide" : "");
+            options.table_prefix + feature->embedding_name() + suffix + (wide ? "_wide" : "");
         const int table = collection->AddTable(table_name, feature->num_embeddings(), dim,
                                                feature->trainable(), feature->name(),
                                                where + " feature '" + feature_name + "'");
@@ -49,14 +110,79 @@ EmbeddingGroup::EmbeddingGroup(
       }
       members.push_back(member);
     }
-    groups_[group.group_name()] = std::move(members);
-    group_order_.push_back(group.group_name());
+    groups_[name] = std::move(members);
+    group_order_.push_back(name);
+    std::vector<std::string>& nested = nested_[name];
+    for (int s = 0; s < group.sequence_groups_size(); ++s) {
+      const auto& seq = group.sequence_groups(s);
+      const std::string seq_where = StrCat(where, ".sequence_groups[", s, "]");
+      std::string seq_name = seq.group_name();
+      if (seq_name.empty()) {
+        if (group.sequence_groups_size() > 1) {
+          Fail(seq_where, ".group_name is required when a group has several sequence_groups");
+        }
+        seq_name = name;
+      }
+      if (sequence_groups_.count(seq_name) || (seq_name != name && groups_.count(seq_name))) {
+        Fail(seq_where, ".group_name: duplicate group '", seq_name, "'");
+      }
+      const std::string seq_suffix = seq.embedding_name_suffix().empty() ? suffix : "_" + seq.embedding_name_suffix();
+      AddSequenceGroup(collection, by_name, seq_name, seq.feature_names(), seq_suffix, false, options, seq_where);
+      nested.push_back(seq_name);
+    }
   }
+}
+
+void EmbeddingGroup::AddSequenceGroup(EmbeddingCollection* collection,
+                                      const std::map<std::string, const Feature*>& by_name,
+                                      const std::string& name,
+                                      const google::protobuf::RepeatedPtrField<std::string>& feature_names,
+                                      const std::string& suffix, bool jagged, const Options& options,
+                                      const std::string& where) {
+  SequenceGroup group;
+  group.jagged = jagged;
+  for (const auto& feature_name : feature_names) {
+    auto it = by_name.find(feature_name);
+    if (it == by_name.end()) Fail(where, ".feature_names: unknown feature '", feature_name, "'");
+    const Feature* feature = it->second;
+    Member member;
+    member.feature = feature;
+    member.dim = feature->output_dim();
+    if (feature->is_sparse()) {
+      const std::string table_name = options.table_prefix + feature->embedding_name() + suffix + kSequenceTableSuffix;
+      const int table = collection->AddTable(table_name, feature->num_embeddings(), feature->embedding_dim(),
+                                             feature->trainable(), feature->name(),
+                                             where + " feature '" + feature_name + "'", /*sequence=*/true);
+      member.lookup = feature->is_sequence() ? collection->AddSequenceLookup(feature, table)
+                                             : collection->AddLookup(feature, table);
+    }
+    (feature->is_sequence() ? group.sequence : group.query).push_back(member);
+  }
+  if (group.sequence.empty()) {
+    Fail(where, ": sequence group '", name, "' has no sequence feature (its feature_names must include ",
+         "at least one sequence feature, e.g. '<sequence_name>__<feature>')");
+  }
+  sequence_groups_[name] = std::move(group);
+  sequence_order_.push_back(name);
 }
 
 const std::vector<EmbeddingGroup::Member>& EmbeddingGroup::Members(const std::string& name) const {
   auto it = groups_.find(name);
-  if (it == groups_.end()) Fail("model needs feature group '", name, "' which the config lacks");
+  if (it == groups_.end()) {
+    if (sequence_groups_.count(name)) {
+      Fail("feature group '", name, "' is a sequence group; this input needs a DEEP group");
+    }
+    Fail("model needs feature group '", name, "' which the config lacks");
+  }
+  return it->second;
+}
+
+const EmbeddingGroup::SequenceGroup& EmbeddingGroup::SequenceGroupOf(const std::string& name) const {
+  auto it = sequence_groups_.find(name);
+  if (it == sequence_groups_.end()) {
+    if (groups_.count(name)) Fail("feature group '", name, "' is not a SEQUENCE group");
+    Fail("model needs sequence group '", name, "' which the config lacks");
+  }
   return it->second;
 }
 
@@ -72,42 +198,102 @@ int EmbeddingGroup::GroupTotalDim(const std::string& name) const {
   return total;
 }
 
+int EmbeddingGroup::QueryDim(const std::string& sequence_group) const {
+  int total = 0;
+  for (const auto& m : SequenceGroupOf(sequence_group).query) total += m.dim;
+  return total;
+}
+
+int EmbeddingGroup::SequenceDim(const std::string& sequence_group) const {
+  int total = 0;
+  for (const auto& m : SequenceGroupOf(sequence_group).sequence) total += m.dim;
+  return total;
+}
+
+const std::vector<std::string>& EmbeddingGroup::NestedSequenceGroups(const std::string& name) const {
+  static const std::vector<std::string> kNone;
+  auto it = nested_.find(name);
+  return it == nested_.end() ? kNone : it->second;
+}
+
+at::Tensor EmbeddingGroup::ConcatPooled(const std::vector<Member>& members, const LookupOutputs& lookups,
+                                        const Batch& batch) {
+  // Neighbouring features that are neighbours in a storage output become one slice: every
+  // slice costs a full-size gradient buffer in backward, so fewer slices is much faster.
+  std::vector<at::Tensor> parts;
+  int run_storage = -1, run_begin = 0, run_end = 0;
+  auto flush = [&]() {
+    if (run_storage < 0) return;
+    const at::Tensor& full = lookups.storage_out[run_storage];
+    const int64_t dim = lookups.storage_dim[run_storage];
+    parts.push_back(run_begin == 0 && run_end * dim == full.size(1)
+                        ? full
+                        : full.narrow(1, run_begin * dim, (run_end - run_begin) * dim));
+    run_storage = -1;
+  };
+  for (const auto& m : members) {
+    if (m.lookup >= 0) {
+      const int s = lookups.storage_of[m.lookup], k = lookups.position_of[m.lookup];
+      if (s == run_storage && k == run_end) {
+        ++run_end;
+        continue;
+      }
+      flush();
+      run_storage = s;
+      run_begin = k;
+      run_end = k + 1;
+    } else {
+      flush();
+      parts.push_back(batch.Dense(m.feature->name(), m.feature->data_group()));
+    }
+  }
+  flush();
+  if (parts.empty()) return at::zeros({batch.size, 0}, at::TensorOptions().dtype(at::kFloat));
+  return parts.size() == 1 ? parts[0] : at::cat(parts, 1);
+}
+
+void EmbeddingGroup::ForwardSequence(const std::string& name, const SequenceGroup& group,
+                                     const LookupOutputs& lookups, const Batch& batch,
+                                     std::map<std::string, at::Tensor>* out) const {
+  (*out)[name + ".query"] = ConcatPooled(group.query, lookups, batch);
+  std::vector<at::Tensor> values, lengths;
+  bool same = true;
+  for (const Member& m : group.sequence) {
+    values.push_back(m.lookup >= 0 ? lookups.sequence_out[m.lookup]
+                                   : batch.DenseSeq(m.feature->name(), m.feature->data_group()).values);
+    lengths.push_back(StepLengths(m.feature, batch));
+    same = same && SameLengths(lengths.front(), lengths.back());
+  }
+  (*out)[name + ".sequence_length"] = lengths.front().to(at::kLong);
+  if (group.jagged) {
+    if (!same) {
+      Fail("JAGGED_SEQUENCE group '", name, "': its sequence features have different step counts ",
+           "in one row; a jagged group needs sequences of one length per row");
+    }
+    (*out)[name + ".sequence"] = values.size() == 1 ? values[0] : at::cat(values, 1);
+    return;
+  }
+  if (same) {
+    at::Tensor jagged = values.size() == 1 ? values[0] : at::cat(values, 1);
+    (*out)[name + ".sequence"] = PadJagged(jagged, lengths.front());
+    return;
+  }
+  // Sequences of different lengths (separate sequence features): each padded to the longest.
+  int64_t longest = 0;
+  for (const at::Tensor& l : lengths) longest = std::max(longest, MaxLength(l));
+  std::vector<at::Tensor> padded;
+  for (size_t i = 0; i < values.size(); ++i) padded.push_back(PadJagged(values[i], lengths[i], longest));
+  (*out)[name + ".sequence"] = at::cat(padded, 2);
+}
+
 std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const LookupOutputs& lookups,
                                                           const Batch& batch) const {
   std::map<std::string, at::Tensor> out;
-  for (const auto& name : group_order_) {
-    // Neighbouring features that are neighbours in a storage output become one slice: every
-    // slice costs a full-size gradient buffer in backward, so fewer slices is much faster.
-    std::vector<at::Tensor> parts;
-    int run_storage = -1, run_begin = 0, run_end = 0;
-    auto flush = [&]() {
-      if (run_storage < 0) return;
-      const at::Tensor& full = lookups.storage_out[run_storage];
-      const int64_t dim = lookups.storage_dim[run_storage];
-      parts.push_back(run_begin == 0 && run_end * dim == full.size(1)
-                          ? full
-                          : full.narrow(1, run_begin * dim, (run_end - run_begin) * dim));
-      run_storage = -1;
-    };
-    for (const auto& m : groups_.at(name)) {
-      if (m.lookup >= 0) {
-        const int s = lookups.storage_of[m.lookup], k = lookups.position_of[m.lookup];
-        if (s == run_storage && k == run_end) {
-          ++run_end;
-          continue;
-        }
-        flush();
-        run_storage = s;
-        run_begin = k;
-        run_end = k + 1;
-      } else {
-        flush();
-        parts.push_back(batch.Dense(m.feature->name(), m.feature->data_group()));
-      }
-    }
-    flush();
-    out[name] = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
+  for (const auto& [name, members] : groups_) {
+    if (members.empty()) continue;  // a DEEP group of nested sequence groups only
+    out[name] = ConcatPooled(members, lookups, batch);
   }
+  for (const auto& [name, group] : sequence_groups_) ForwardSequence(name, group, lookups, batch, &out);
   return out;
 }
 

@@ -52,7 +52,7 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
                          int64_t bags, const float* grad, int64_t iteration) {
   int64_t total = 0;
   for (const LookupArgs& l : lookups) {
-    if (l.trainable) total += l.offsets[bags];
+    if (l.trainable) total += l.offsets[l.own_bags >= 0 ? l.own_bags : bags];
   }
   if (total == 0) return;
   // Small batches are not worth a second pass over the ids.
@@ -85,17 +85,23 @@ void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingSt
                              const std::vector<LookupArgs>& lookups, int64_t bags,
                              const float* grad, int64_t iteration) {
   const int dim = storage->dim();
-  const int64_t width = static_cast<int64_t>(lookups.size()) * dim;
+  int64_t shared = 0;  // lookups in the shared [bags, shared * dim] gradient, in order
+  for (const LookupArgs& l : lookups) shared += l.own_bags < 0 ? 1 : 0;
+  const int64_t width = shared * dim;
   std::unordered_map<int64_t, int64_t> slot_of;
   std::vector<int64_t> rows;
   std::vector<float> sums;
+  int64_t shared_index = -1;
   for (size_t k = 0; k < lookups.size(); ++k) {
     const LookupArgs& l = lookups[k];
+    const bool own = l.own_bags >= 0;
+    if (!own) ++shared_index;
     if (!l.trainable) continue;
-    for (int64_t b = 0; b < bags; ++b) {
+    const int64_t lookup_bags = own ? l.own_bags : bags;
+    for (int64_t b = 0; b < lookup_bags; ++b) {
       const int64_t begin = l.offsets[b], end = l.offsets[b + 1];
       const float scale = l.mean && end > begin ? 1.0f / static_cast<float>(end - begin) : 1.0f;
-      const float* g = grad + b * width + static_cast<int64_t>(k) * dim;
+      const float* g = own ? l.own_grad + b * l.own_grad_stride : grad + b * width + shared_index * dim;
       for (int64_t i = begin; i < end; ++i) {
         auto inserted = slot_of.emplace(l.first_row + l.values[i], static_cast<int64_t>(rows.size()));
         if (inserted.second) {
@@ -132,16 +138,18 @@ void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingSt
 
 struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFunction> {
   // `anchor` requires grad so autograd records this node; the storage is not a variable.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
-                            int64_t storage_address, int64_t exchange_address,
-                            std::vector<at::Tensor> values,
-                            std::vector<at::Tensor> offsets, std::vector<int64_t> meta,
-                            std::vector<at::Tensor> weights, int64_t bags);
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, at::Tensor anchor, int64_t storage_address,
+      int64_t exchange_address, std::vector<at::Tensor> values, std::vector<at::Tensor> offsets,
+      std::vector<int64_t> meta, std::vector<at::Tensor> weights, int64_t bags);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads);
 };
 
-// meta per lookup: first_row, table_rows, mean, trainable.
+constexpr int kMetaPerLookup = 5;
+
+// meta per lookup: first_row, table_rows, mean, trainable, own bags (-1: pooled, the call's
+// shared layout; >= 0: a sequence lookup's steps).
 std::vector<LookupArgs> MakeArgs(const std::vector<at::Tensor>& values,
                                  const std::vector<at::Tensor>& offsets,
                                  const std::vector<int64_t>& meta,
@@ -152,30 +160,50 @@ std::vector<LookupArgs> MakeArgs(const std::vector<at::Tensor>& values,
     args[k].weights = weights[k].numel() > 0 ? weights[k].data_ptr<float>() : nullptr;
     args[k].values = values[k].data_ptr<int64_t>();
     args[k].offsets = offsets[k].data_ptr<int64_t>();
-    args[k].first_row = meta[4 * k];
-    args[k].table_rows = meta[4 * k + 1];
-    args[k].mean = meta[4 * k + 2] != 0;
-    args[k].trainable = meta[4 * k + 3] != 0;
+    const int64_t* m = meta.data() + kMetaPerLookup * k;
+    args[k].first_row = m[0];
+    args[k].table_rows = m[1];
+    args[k].mean = m[2] != 0;
+    args[k].trainable = m[3] != 0;
+    args[k].own_bags = m[4];
   }
   return args;
 }
 
-at::Tensor RunForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& args, int64_t bags) {
-  at::Tensor out = at::empty({bags, static_cast<int64_t>(args.size()) * storage->dim()},
-                             at::TensorOptions().dtype(at::kFloat));
-  SelectedKernels().forward(storage->data(), storage->row_width(), storage->dim(), args, bags,
-                            out.data_ptr<float>());
-  return out;
+// Pooled lookups (shared layout) into one [bags, Lp*dim] tensor, then each sequence lookup into
+// its own [steps, dim].
+torch::autograd::variable_list RunForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& args,
+                                          int64_t bags) {
+  std::vector<LookupArgs> pooled;
+  for (const LookupArgs& a : args) {
+    if (a.own_bags < 0) pooled.push_back(a);
+  }
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  torch::autograd::variable_list outputs;
+  at::Tensor pooled_out = at::empty({bags, static_cast<int64_t>(pooled.size()) * storage->dim()}, options);
+  if (!pooled.empty()) {
+    SelectedKernels().forward(storage->data(), storage->row_width(), storage->dim(), pooled, bags,
+                              pooled_out.data_ptr<float>());
+  }
+  outputs.push_back(pooled_out);
+  for (const LookupArgs& a : args) {
+    if (a.own_bags < 0) continue;
+    at::Tensor out = at::empty({a.own_bags, storage->dim()}, options);
+    LookupArgs single = a;
+    single.own_bags = -1;
+    SelectedKernels().forward(storage->data(), storage->row_width(), storage->dim(), {single},
+                              a.own_bags, out.data_ptr<float>());
+    outputs.push_back(out);
+  }
+  return outputs;
 }
 
-at::Tensor StorageLookupFunction::forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
-                                          int64_t storage_address, int64_t exchange_address,
-                                          std::vector<at::Tensor> values,
-                                          std::vector<at::Tensor> offsets,
-                                          std::vector<int64_t> meta,
-                                          std::vector<at::Tensor> weights, int64_t bags) {
+torch::autograd::variable_list StorageLookupFunction::forward(
+    torch::autograd::AutogradContext* ctx, at::Tensor anchor, int64_t storage_address,
+    int64_t exchange_address, std::vector<at::Tensor> values, std::vector<at::Tensor> offsets,
+    std::vector<int64_t> meta, std::vector<at::Tensor> weights, int64_t bags) {
   auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
-  at::Tensor out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
+  torch::autograd::variable_list out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
   ctx->saved_data["storage"] = storage_address;
   ctx->saved_data["exchange"] = exchange_address;
   ctx->saved_data["values"] = values;
@@ -194,15 +222,36 @@ torch::autograd::variable_list StorageLookupFunction::backward(
   auto meta = ctx->saved_data["meta"].toIntVector();
   auto weights = ctx->saved_data["weights"].toTensorVector();
   const int64_t bags = ctx->saved_data["bags"].toInt();
-  at::Tensor grad = grads[0].contiguous();
+  std::vector<LookupArgs> args = MakeArgs(values, offsets, meta, weights);
+  // An output the loss does not depend on has no gradient: its lookups update nothing.
+  std::vector<at::Tensor> keep_alive;
+  float no_gradient = 0.0f;
+  const float* pooled_grad = &no_gradient;
+  if (grads[0].defined()) {
+    keep_alive.push_back(grads[0].contiguous());
+    pooled_grad = keep_alive.back().data_ptr<float>();
+  }
+  size_t output = 1;
+  for (LookupArgs& a : args) {
+    if (a.own_bags < 0) {
+      if (!grads[0].defined()) a.trainable = false;
+      continue;
+    }
+    const at::Tensor& g = grads[output++];
+    if (!g.defined()) {
+      a.trainable = false;
+      continue;
+    }
+    keep_alive.push_back(g.contiguous());
+    a.own_grad = keep_alive.back().data_ptr<float>();
+    a.own_grad_stride = storage->dim();
+  }
   const auto* exchange =
       reinterpret_cast<const SparseGradientExchange*>(ctx->saved_data["exchange"].toInt());
   if (exchange && *exchange) {
-    ExchangedBackwardUpdate(*exchange, storage, MakeArgs(values, offsets, meta, weights), bags,
-                            grad.data_ptr<float>(), storage->optimizer().step() + 1);
+    ExchangedBackwardUpdate(*exchange, storage, args, bags, pooled_grad, storage->optimizer().step() + 1);
   } else {
-    SelectedKernels().backward_update(storage, MakeArgs(values, offsets, meta, weights), bags,
-                                      grad.data_ptr<float>(), storage->optimizer().step() + 1);
+    SelectedKernels().backward_update(storage, args, bags, pooled_grad, storage->optimizer().step() + 1);
   }
   return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
           at::Tensor(), at::Tensor()};
@@ -227,30 +276,42 @@ const PooledLookupKernels& SelectedKernels() {
   return flag && std::strcmp(flag, "1") == 0 ? ReferenceKernels() : FusedKernels();
 }
 
-at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
-                               int64_t bags, bool training, const SparseGradientExchange* exchange) {
+std::vector<at::Tensor> StorageLookup(EmbeddingStorage* storage,
+                                      const std::vector<LookupTensors>& pooled,
+                                      const std::vector<LookupTensors>& sequences, int64_t bags,
+                                      bool training, const SparseGradientExchange* exchange) {
   std::vector<at::Tensor> values, offsets, weights;
   std::vector<int64_t> meta;
   bool any_trainable = false;
-  for (const auto& l : lookups) {
+  auto add = [&](const LookupTensors& l, int64_t own_bags) {
     TZREC_CHECK(l.table->storage() == storage);
-    TZREC_CHECK(l.offsets.numel() == bags + 1);
+    TZREC_CHECK(l.offsets.numel() == (own_bags >= 0 ? own_bags : bags) + 1);
     TZREC_CHECK(!l.weights.defined() || l.weights.numel() == l.values.numel());
     values.push_back(l.values);
     offsets.push_back(l.offsets);
     weights.push_back(l.weights.defined() ? l.weights.contiguous()
                                           : at::empty({0}, at::TensorOptions().dtype(at::kFloat)));
     meta.insert(meta.end(), {l.table->first_row(), l.table->rows(), l.mean ? 1 : 0,
-                             l.table->trainable() ? 1 : 0});
+                             l.table->trainable() ? 1 : 0, own_bags});
     any_trainable = any_trainable || l.table->trainable();
-  }
+  };
+  for (const auto& l : pooled) add(l, -1);
+  for (const auto& l : sequences) add(l, l.offsets.numel() - 1);
+  std::vector<at::Tensor> out;
   if (!training || !any_trainable) {
-    return RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
+    out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
+  } else {
+    TZREC_CHECK(storage->has_optimizer(), "training lookup of an embedding storage without optimizer");
+    out = StorageLookupFunction::apply(Anchor(), reinterpret_cast<int64_t>(storage),
+                                       reinterpret_cast<int64_t>(exchange), values, offsets, meta,
+                                       weights, bags);
   }
-  TZREC_CHECK(storage->has_optimizer(), "training lookup of an embedding storage without optimizer");
-  return StorageLookupFunction::apply(Anchor(), reinterpret_cast<int64_t>(storage),
-                                      reinterpret_cast<int64_t>(exchange), values, offsets, meta,
-                                      weights, bags);
+  return out;
+}
+
+at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
+                               int64_t bags, bool training, const SparseGradientExchange* exchange) {
+  return StorageLookup(storage, lookups, {}, bags, training, exchange)[0];
 }
 
 }  // namespace tzrec

@@ -43,6 +43,10 @@ struct LookupTensors {
   at::Tensor weights;  // float [N] for weighted features, else undefined
 };
 
+// A sequence (unpooled) lookup is a pooled lookup with one bag per step: `offsets` are the
+// steps' key offsets [steps + 1], so a step with several ids (multi-value sequence elements)
+// is pooled by the feature's pooling and an empty step gives 0. Its output is [steps, dim].
+
 // Data-parallel training across processes: called in every backward of every storage, on
 // every rank in the same order, with this rank's touched rows (global row in the storage,
 // int64 [n]) and their summed gradients (float [n, dim]); must replace both with the union
@@ -56,5 +60,15 @@ using SparseGradientExchange = std::function<void(at::Tensor* rows, at::Tensor* 
 at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<LookupTensors>& lookups,
                                int64_t bags, bool training,
                                const SparseGradientExchange* exchange = nullptr);
+
+// All lookups of one storage in one call: `pooled` ones of `bags` bags each and `sequences`
+// (each with its own step count). Returns {[bags, Lp*dim] (undefined without pooled lookups),
+// then [steps_j, dim] per sequence lookup}. One autograd node: its backward de-duplicates the
+// ids of every lookup together, so each touched row gets exactly one optimizer update per
+// step, whether pooled or sequence lookups (or both) reached it.
+std::vector<at::Tensor> StorageLookup(EmbeddingStorage* storage,
+                                      const std::vector<LookupTensors>& pooled,
+                                      const std::vector<LookupTensors>& sequences, int64_t bags,
+                                      bool training, const SparseGradientExchange* exchange = nullptr);
 
 }  // namespace tzrec

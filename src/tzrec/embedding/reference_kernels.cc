@@ -31,19 +31,27 @@ void ReferenceForward(const float* data, int row_width, int dim,
 void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
                              int64_t bags, const float* grad, int64_t iteration) {
   const int dim = storage->dim();
-  const int64_t out_width = static_cast<int64_t>(lookups.size()) * dim;
+  // Lookups without a layout of their own share [bags, shared * dim], in order.
+  int64_t shared = 0;
+  for (const LookupArgs& l : lookups) shared += l.own_bags < 0 ? 1 : 0;
+  const int64_t out_width = shared * dim;
   // Gradient of every touched row, summed in the order lookups, bags, ids.
   std::map<int64_t, std::vector<float>> row_grads;
+  int64_t shared_index = -1;
   for (size_t k = 0; k < lookups.size(); ++k) {
     const LookupArgs& l = lookups[k];
+    if (l.own_bags < 0) ++shared_index;
     if (!l.trainable) continue;
-    for (int64_t b = 0; b < bags; ++b) {
+    const int64_t lookup_bags = l.own_bags >= 0 ? l.own_bags : bags;
+    for (int64_t b = 0; b < lookup_bags; ++b) {
       const int64_t count = l.offsets[b + 1] - l.offsets[b];
+      const float* bag_grad =
+          l.own_bags >= 0 ? l.own_grad + b * l.own_grad_stride : grad + b * out_width + shared_index * dim;
       for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
         std::vector<float>& g = row_grads[l.first_row + l.values[i]];
         g.resize(dim, 0.0f);
         for (int d = 0; d < dim; ++d) {
-          float upstream = grad[b * out_width + k * dim + d] * (l.weights ? l.weights[i] : 1.0f);
+          float upstream = bag_grad[d] * (l.weights ? l.weights[i] : 1.0f);
           g[d] += l.mean ? upstream * (1.0f / static_cast<float>(count)) : upstream;
         }
       }

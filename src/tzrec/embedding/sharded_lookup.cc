@@ -42,10 +42,46 @@ LookupArgs LocalArgs(const EmbeddingStorage& storage, const Exchange& ex, bool t
   return args;
 }
 
-at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm* comm,
-                   const std::vector<LookupTensors>& lookups, int64_t bags, Exchange* ex) {
+// Where the bags of every lookup sit: lookup k's bag b is segment key base[k] + b, and its
+// output (or gradient) row is at rows[k] + b * stride[k] of the lookup's tensor. Pooled lookups
+// share one [bags, Lp * dim] tensor (tensor 0); each sequence lookup has its own [steps, dim].
+struct Layout {
+  std::vector<int64_t> base;     // [L + 1]
+  std::vector<int> tensor;       // per lookup: index of its output tensor
+  std::vector<int64_t> column;   // per lookup: first column in that tensor
+  std::vector<int64_t> own_bags; // per lookup: -1 pooled, else steps
+  int64_t pooled_width = 0;
+
+  Layout(const std::vector<int64_t>& lookup_bags, int64_t bags, int dim) {
+    base.push_back(0);
+    int sequences = 0;
+    int64_t pooled = 0;
+    for (int64_t own : lookup_bags) {
+      own_bags.push_back(own);
+      base.push_back(base.back() + (own >= 0 ? own : bags));
+      if (own >= 0) {
+        tensor.push_back(++sequences);
+        column.push_back(0);
+      } else {
+        tensor.push_back(0);
+        column.push_back(pooled++ * dim);
+      }
+    }
+    pooled_width = pooled * dim;
+  }
+  int64_t bags_of(size_t k) const { return base[k + 1] - base[k]; }
+  // The lookup of segment `key`.
+  size_t LookupOf(int64_t key) const {
+    return static_cast<size_t>(std::upper_bound(base.begin(), base.end(), key) - base.begin()) - 1;
+  }
+};
+
+std::vector<at::Tensor> Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm* comm,
+                                const std::vector<LookupTensors>& lookups,
+                                const std::vector<int64_t>& lookup_bags, int64_t bags, Exchange* ex) {
   const int world = shard.world_size;
   const int num_lookups = static_cast<int>(lookups.size());
+  const Layout layout(lookup_bags, bags, shard.dim);
   std::vector<std::vector<int64_t>> ids_to(world), lens_to(world), keys_to(world);
   std::vector<std::vector<float>> scales_to(world), weights_to(world);
   bool weighted = false;
@@ -56,11 +92,11 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
     const int64_t* values = lookups[k].values.data_ptr<int64_t>();
     const int64_t* offsets = lookups[k].offsets.data_ptr<int64_t>();
     const float* weights = lookups[k].weights.defined() ? lookups[k].weights.data_ptr<float>() : nullptr;
-    for (int64_t b = 0; b < bags; ++b) {
+    for (int64_t b = 0; b < layout.bags_of(k); ++b) {
       const int64_t first = offsets[b], last = offsets[b + 1];
       if (first == last) continue;
       const float scale = (lookups[k].mean ? 1.0f / static_cast<float>(last - first) : 1.0f) * inverse_world;
-      const int64_t key = static_cast<int64_t>(k) * bags + b;
+      const int64_t key = layout.base[k] + b;
       for (int64_t i = first; i < last; ++i) {
         if (values[i] < 0 || values[i] >= shard.rows) {
           Fail("embedding id ", values[i], " out of range [0, ", shard.rows, ")");
@@ -146,18 +182,24 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
   }
   at::Tensor back = comm->AllToAll(partial, ex->recv_seg_counts, seg_counts).contiguous();
 
-  // Assemble [bags, L * dim]: row-wise partials add up, column-wise ones sit side by side.
+  // Assemble the outputs: row-wise partials add up, column-wise ones sit side by side.
   const int dim = shard.dim;
-  at::Tensor out = at::zeros({bags, static_cast<int64_t>(num_lookups) * dim}, at::kFloat);
-  float* o = out.data_ptr<float>();
+  std::vector<at::Tensor> outs = {at::zeros({bags, layout.pooled_width}, at::kFloat)};
+  for (int k = 0; k < num_lookups; ++k) {
+    if (layout.own_bags[k] >= 0) outs.push_back(at::zeros({layout.own_bags[k], dim}, at::kFloat));
+  }
+  auto row_of = [&](size_t k, int64_t b) {
+    const at::Tensor& t = outs[layout.tensor[k]];
+    return t.data_ptr<float>() + b * t.size(1) + layout.column[k];
+  };
   const float* in = back.data_ptr<float>();
   const int64_t* keys = ex->sent_keys.data_ptr<int64_t>();
   int64_t row = 0;
   for (int d = 0; d < world; ++d) {
     const int begin = shard.column_begin(d), width = shard.local_dim(d);
     for (int64_t j = 0; j < seg_counts[d]; ++j, ++row) {
-      const int64_t k = keys[row] / bags, b = keys[row] % bags;
-      float* dst = o + b * num_lookups * dim + k * dim + begin;
+      const size_t k = layout.LookupOf(keys[row]);
+      float* dst = row_of(k, keys[row] - layout.base[k]) + begin;
       const float* src = in + row * ex->padded_width;
       for (int c = 0; c < width; ++c) dst[c] += src[c];
     }
@@ -165,33 +207,37 @@ at::Tensor Forward(EmbeddingStorage* storage, const TableShard& shard, ShardComm
   for (int k = 0; k < num_lookups; ++k) {
     if (!lookups[k].mean) continue;
     const int64_t* offsets = lookups[k].offsets.data_ptr<int64_t>();
-    for (int64_t b = 0; b < bags; ++b) {
+    for (int64_t b = 0; b < layout.bags_of(k); ++b) {
       const int64_t n = offsets[b + 1] - offsets[b];
       if (n <= 1) continue;
-      float* dst = o + b * num_lookups * dim + k * dim;
+      float* dst = row_of(k, b);
       for (int c = 0; c < dim; ++c) dst[c] /= static_cast<float>(n);
     }
   }
-  return out;
+  return outs;
 }
 
+// `grads`: the gradients of Forward's outputs (undefined ones count as zero: every rank still
+// takes part in the exchange).
 void Backward(EmbeddingStorage* storage, const TableShard& shard, ShardComm* comm,
-              const Exchange& ex, int num_lookups, int64_t bags, const at::Tensor& grad,
-              bool trainable) {
+              const Exchange& ex, const std::vector<int64_t>& lookup_bags, int64_t bags,
+              const std::vector<at::Tensor>& grads, bool trainable) {
   const int world = shard.world_size;
-  const int dim = shard.dim;
+  const Layout layout(lookup_bags, bags, shard.dim);
   const int64_t sent = ex.sent_keys.numel();
   at::Tensor send = at::zeros({sent, ex.padded_width}, at::kFloat);
   float* s = send.data_ptr<float>();
-  const float* g = grad.data_ptr<float>();
   const int64_t* keys = ex.sent_keys.data_ptr<int64_t>();
   const float* scales = ex.sent_scales.data_ptr<float>();
   int64_t row = 0;
   for (int d = 0; d < world; ++d) {
     const int begin = shard.column_begin(d), width = shard.local_dim(d);
     for (int64_t j = 0; j < ex.seg_counts[d]; ++j, ++row) {
-      const int64_t k = keys[row] / bags, b = keys[row] % bags;
-      const float* src = g + b * num_lookups * dim + k * dim + begin;
+      const size_t k = layout.LookupOf(keys[row]);
+      const at::Tensor& g = grads[layout.tensor[k]];
+      if (!g.defined()) continue;
+      const float* src = g.data_ptr<float>() + (keys[row] - layout.base[k]) * g.size(1) +
+                         layout.column[k] + begin;
       float* dst = s + row * ex.padded_width;
       for (int c = 0; c < width; ++c) dst[c] = src[c] * scales[row];
     }
@@ -207,11 +253,11 @@ void Backward(EmbeddingStorage* storage, const TableShard& shard, ShardComm* com
 }
 
 struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor anchor,
-                            int64_t storage_address, int64_t shard_address, int64_t comm_address,
-                            std::vector<at::Tensor> values, std::vector<at::Tensor> offsets,
-                            std::vector<at::Tensor> weights, std::vector<int64_t> means,
-                            int64_t bags, bool trainable) {
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, at::Tensor anchor, int64_t storage_address,
+      int64_t shard_address, int64_t comm_address, std::vector<at::Tensor> values,
+      std::vector<at::Tensor> offsets, std::vector<at::Tensor> weights, std::vector<int64_t> means,
+      std::vector<int64_t> lookup_bags, int64_t bags, bool trainable) {
     auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
     const auto& shard = *reinterpret_cast<const TableShard*>(shard_address);
     auto* comm = reinterpret_cast<ShardComm*>(comm_address);
@@ -223,7 +269,7 @@ struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFun
                          (means[k] & 2) != 0 ? weights[k] : at::Tensor()});
     }
     Exchange ex;
-    at::Tensor out = Forward(storage, shard, comm, lookups, bags, &ex);
+    std::vector<at::Tensor> out = Forward(storage, shard, comm, lookups, lookup_bags, bags, &ex);
     ctx->saved_data["storage"] = storage_address;
     ctx->saved_data["shard"] = shard_address;
     ctx->saved_data["comm"] = comm_address;
@@ -235,7 +281,7 @@ struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFun
     ctx->saved_data["recv_offsets"] = ex.recv_offsets;
     ctx->saved_data["recv_weights"] = ex.recv_weights;
     ctx->saved_data["padded_width"] = static_cast<int64_t>(ex.padded_width);
-    ctx->saved_data["num_lookups"] = static_cast<int64_t>(values.size());
+    ctx->saved_data["lookup_bags"] = lookup_bags;
     ctx->saved_data["bags"] = bags;
     ctx->saved_data["trainable"] = trainable;
     return out;
@@ -252,12 +298,14 @@ struct ShardedLookupFunction : public torch::autograd::Function<ShardedLookupFun
     ex.recv_offsets = ctx->saved_data["recv_offsets"].toTensor();
     ex.recv_weights = ctx->saved_data["recv_weights"].toTensor();
     ex.padded_width = static_cast<int>(ctx->saved_data["padded_width"].toInt());
+    std::vector<at::Tensor> contiguous;
+    for (const at::Tensor& g : grads) contiguous.push_back(g.defined() ? g.contiguous() : g);
     Backward(reinterpret_cast<EmbeddingStorage*>(ctx->saved_data["storage"].toInt()),
              *reinterpret_cast<const TableShard*>(ctx->saved_data["shard"].toInt()),
              reinterpret_cast<ShardComm*>(ctx->saved_data["comm"].toInt()), ex,
-             static_cast<int>(ctx->saved_data["num_lookups"].toInt()), ctx->saved_data["bags"].toInt(),
-             grads[0].contiguous(), ctx->saved_data["trainable"].toBool());
-    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+             ctx->saved_data["lookup_bags"].toIntVector(), ctx->saved_data["bags"].toInt(),
+             contiguous, ctx->saved_data["trainable"].toBool());
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -270,13 +318,18 @@ at::Tensor ShardAnchor() {
 
 }  // namespace
 
-at::Tensor ShardedPooledLookup(EmbeddingStorage* storage, const TableShard& shard, ShardComm* comm,
-                               const std::vector<LookupTensors>& lookups, int64_t bags,
-                               bool training) {
+std::vector<at::Tensor> ShardedLookup(EmbeddingStorage* storage, const TableShard& shard,
+                                      ShardComm* comm, const std::vector<LookupTensors>& pooled,
+                                      const std::vector<LookupTensors>& sequences, int64_t bags,
+                                      bool training) {
+  std::vector<LookupTensors> lookups = pooled;
+  lookups.insert(lookups.end(), sequences.begin(), sequences.end());
+  std::vector<int64_t> lookup_bags(pooled.size(), -1);
+  for (const auto& l : sequences) lookup_bags.push_back(l.offsets.numel() - 1);
   const bool trainable = lookups.empty() || lookups[0].table->trainable();
   if (!training) {
     Exchange ex;
-    return Forward(storage, shard, comm, lookups, bags, &ex);
+    return Forward(storage, shard, comm, lookups, lookup_bags, bags, &ex);
   }
   std::vector<at::Tensor> values, offsets, weights;
   std::vector<int64_t> means;
@@ -288,7 +341,13 @@ at::Tensor ShardedPooledLookup(EmbeddingStorage* storage, const TableShard& shar
   }
   return ShardedLookupFunction::apply(ShardAnchor(), reinterpret_cast<int64_t>(storage),
                                       reinterpret_cast<int64_t>(&shard), reinterpret_cast<int64_t>(comm),
-                                      values, offsets, weights, means, bags, trainable);
+                                      values, offsets, weights, means, lookup_bags, bags, trainable);
+}
+
+at::Tensor ShardedPooledLookup(EmbeddingStorage* storage, const TableShard& shard, ShardComm* comm,
+                               const std::vector<LookupTensors>& lookups, int64_t bags,
+                               bool training) {
+  return ShardedLookup(storage, shard, comm, lookups, {}, bags, training)[0];
 }
 
 }  // namespace tzrec

@@ -1,4 +1,4 @@
-// Pooled lookups of one model-parallel (table_wise / row_wise / column_wise) table.
+// Pooled (and sequence) lookups of one model-parallel (table_wise / row_wise / column_wise) table.
 //
 // Forward: each rank sends, per (lookup, bag), the ids it needs to the ranks holding their rows
 // (alltoall); those ranks pool their rows with the fused kernel and send the partial sums back
@@ -21,6 +21,12 @@ namespace tzrec {
 
 // `storage` holds only this rank's part of the table (its one table); `lookups` index the
 // logical table. Returns [bags, L * shard.dim].
+// Pooled and sequence lookups of the table together (see StorageLookup for the outputs), so a
+// row reached by both is updated once per step.
+std::vector<at::Tensor> ShardedLookup(EmbeddingStorage* storage, const TableShard& shard,
+                                      ShardComm* comm, const std::vector<LookupTensors>& pooled,
+                                      const std::vector<LookupTensors>& sequences, int64_t bags,
+                                      bool training);
 at::Tensor ShardedPooledLookup(EmbeddingStorage* storage, const TableShard& shard, ShardComm* comm,
                                const std::vector<LookupTensors>& lookups, int64_t bags,
                                bool training);

@@ -22,6 +22,15 @@ struct LookupArgs {
   bool mean;
   bool trainable;
   const float* weights = nullptr;  // per id (weighted features): pooled sum of w * row; null = 1
+  // A lookup with a layout of its own (sequence lookups: one bag per step, so their bag count
+  // differs from the call's): `own_bags` bags whose gradient rows start at `own_grad` and are
+  // `own_grad_stride` floats apart. The backward then de-duplicates its ids together with
+  // the call's other lookups, so a row shared by pooled and sequence lookups is updated once.
+  // own_bags < 0: the call's shared layout: the S lookups without a layout of their own, in
+  // order, bag b of the j-th of them at grad + b * S * dim + j * dim.
+  int64_t own_bags = -1;
+  const float* own_grad = nullptr;
+  int64_t own_grad_stride = 0;
 };
 
 // Sparse optimizer math for one step, flattened for the kernels (see sparse_optimizer.h).
@@ -50,7 +59,8 @@ struct CpuKernels {
   // -1 before returning); its gradient is summed into grad_sums[slot] in occurrence order
   // (lookup, bag, id: deterministic for any thread count), then the optimizer updates the
   // row in place. Scratch capacity: one entry of unique_rows and `dim` floats of grad_sums
-  // per trainable id of the batch. Returns the number of rows updated.
+  // per trainable id of the batch. Lookups with `own_bags` >= 0 use their own layout (see
+  // LookupArgs). Returns the number of rows updated.
   int64_t (*backward_update_partition)(float* data, int row_width, int dim, int32_t* slots,
                                        const LookupArgs* lookups, int num_lookups, int64_t bags,
                                        const float* grad, const RowUpdateParams& params,

@@ -26,7 +26,7 @@ class DBMTLModel : public Model {
     AddTowerHeads(TaskTowers(dbmtl), where + ".task_towers");
     InitInput();
     group_ = embedding_group().group_names().front();
-    int64_t feature_in = embedding_group().GroupTotalDim(group_);
+    int64_t feature_in = InputDim(group_);
     if (dbmtl.has_mask_net()) {
       mask_net_ = register_module("mask_net", MaskNetModule(feature_in, dbmtl.mask_net(), where + ".mask_net"));
       feature_in = mask_net_->output_dim();

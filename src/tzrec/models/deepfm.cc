@@ -33,7 +33,7 @@ class DeepFM : public Model {
     }
     if (!embedding_group().HasGroup("wide")) Fail("model_config.deepfm needs a 'wide' group");
     deep_mlp_ = register_module(
-        "deep_mlp", MLP(embedding_group().GroupTotalDim("deep"), deepfm.deep(),
+        "deep_mlp", MLP(InputDim("deep"), deepfm.deep(),
                         "model_config.deepfm.deep"));
     int64_t final_dim = deep_mlp_->output_dim();
     has_final_ = deepfm.has_final();

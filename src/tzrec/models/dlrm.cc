@@ -30,7 +30,7 @@ class DLRM : public Model {
     if (groups.size() > 1 && embedding_group().HasGroup("dense")) {
       if (!dlrm.has_dense_mlp()) Fail("model_config.dlrm.dense_mlp is required with a 'dense' group");
       dense_mlp_ = register_module(
-          "dense_mlp", MLP(embedding_group().GroupTotalDim("dense"), dlrm.dense_mlp(),
+          "dense_mlp", MLP(InputDim("dense"), dlrm.dense_mlp(),
                            "model_config.dlrm.dense_mlp"));
     }
     auto dims = embedding_group().GroupDims(sparse_group_);
@@ -47,7 +47,7 @@ class DLRM : public Model {
     int64_t final_in = feature_num * (feature_num - 1) / 2;
     if (dense_mlp_) final_in += dense_mlp_->output_dim();
     arch_with_sparse_ = dlrm.arch_with_sparse();
-    if (arch_with_sparse_) final_in += embedding_group().GroupTotalDim(sparse_group_);
+    if (arch_with_sparse_) final_in += InputDim(sparse_group_);
     if (!dlrm.has_final()) Fail("model_config.dlrm.final is required");
     final_mlp_ = register_module("final_mlp",
                                  MLP(final_in, dlrm.final(), "model_config.dlrm.final"));

@@ -19,7 +19,7 @@ class MMoEModel : public Model {
     group_ = embedding_group().group_names().front();
     const int num_tasks = mmoe.task_towers_size();
     mmoe_ = register_module(
-        "mmoe", MMoE(embedding_group().GroupTotalDim(group_), mmoe.expert_mlp(),
+        "mmoe", MMoE(InputDim(group_), mmoe.expert_mlp(),
                      static_cast<int>(mmoe.num_expert()), num_tasks,
                      mmoe.has_gate_mlp() ? &mmoe.gate_mlp() : nullptr, "model_config.mmoe"));
     for (int t = 0; t < num_tasks; ++t) {

@@ -6,9 +6,12 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/config/oneof.h"
 #include "tzrec/config/supported_fields.h"
 #include "tzrec/heads/pareto.h"
@@ -20,6 +23,9 @@ namespace {
 const bool kModelConfigFields = HonourMessageFields(
     "tzrec.protos.ModelConfig",
     {"feature_groups.group_name", "feature_groups.feature_names", "feature_groups.group_type",
+     "feature_groups.embedding_name_suffix", "feature_groups.sequence_groups.group_name",
+     "feature_groups.sequence_groups.feature_names",
+     "feature_groups.sequence_groups.embedding_name_suffix", "feature_groups.sequence_encoders",
      "num_class", "losses", "metrics", "train_metrics", "use_pareto_loss_weight"});
 
 }  // namespace
@@ -35,7 +41,50 @@ Model::Model(const ModelContext& context)
 EmbeddingGroup& Model::InitInput(int wide_embedding_dim) {
   EmbeddingGroup::Options options;
   options.wide_embedding_dim = wide_embedding_dim;
-  return AddEmbeddingGroup(config_.feature_groups(), options);
+  EmbeddingGroup& view = AddEmbeddingGroup(config_.feature_groups(), options);
+  for (int g = 0; g < config_.feature_groups_size(); ++g) {
+    const auto& group = config_.feature_groups(g);
+    const std::string where = StrCat("model_config.feature_groups[", g, "]");
+    const std::vector<std::string>& nested = view.NestedSequenceGroups(group.group_name());
+    if (group.sequence_encoders_size() > 0 && nested.empty()) {
+      Fail(where, ".sequence_encoders: the group has no sequence_groups to encode");
+    }
+    std::set<std::string> encoded;
+    auto& encoders = group_encoders_[group.group_name()];
+    for (int e = 0; e < group.sequence_encoders_size(); ++e) {
+      const std::string encoder_where = StrCat(where, ".sequence_encoders[", e, "]");
+      const auto& config = group.sequence_encoders(e);
+      std::string input = SequenceEncoderInput(config, encoder_where);
+      if (std::find(nested.begin(), nested.end(), input) == nested.end()) {
+        Fail(encoder_where, ".input: '", input, "' is not one of the group's sequence_groups (",
+             Join(nested, ", "), ")");
+      }
+      SequenceEncoderContext context;
+      context.config = &config;
+      context.query_dim = view.QueryDim(input);
+      context.sequence_dim = view.SequenceDim(input);
+      context.where = encoder_where;
+      encoders.push_back(register_module(StrCat(group.group_name(), "_seq_encoder_", e),
+                                         CreateSequenceEncoder(context)));
+      encoded.insert(input);
+    }
+    for (const std::string& name : nested) {
+      if (!encoded.count(name)) {
+        Fail(where, ".sequence_groups: sequence group '", name, "' has no sequence_encoders entry");
+      }
+    }
+  }
+  return view;
+}
+
+int64_t Model::InputDim(const std::string& group) const {
+  TZREC_CHECK(!groups_.empty(), "model has no embedding group (InitInput was not called)");
+  int64_t dim = groups_.front()->GroupTotalDim(group);
+  auto it = group_encoders_.find(group);
+  if (it != group_encoders_.end()) {
+    for (const auto& encoder : it->second) dim += encoder->output_dim();
+  }
+  return dim;
 }
 
 EmbeddingGroup& Model::AddEmbeddingGroup(
@@ -49,7 +98,20 @@ LookupOutputs Model::Lookup(const Batch& batch) { return collection_.Lookup(batc
 
 std::map<std::string, at::Tensor> Model::BuildInput(const Batch& batch) {
   TZREC_CHECK(!groups_.empty(), "model has no embedding group (InitInput was not called)");
-  return groups_.front()->Forward(Lookup(batch), batch);
+  std::map<std::string, at::Tensor> inputs = groups_.front()->Forward(Lookup(batch), batch);
+  for (const auto& [group, encoders] : group_encoders_) {
+    if (encoders.empty()) continue;
+    std::vector<at::Tensor> parts;
+    auto pooled = inputs.find(group);
+    if (pooled != inputs.end()) parts.push_back(pooled->second);
+    for (const auto& encoder : encoders) {
+      const std::string& in = encoder->input();
+      parts.push_back(encoder->Encode(
+          {inputs.at(in + ".query"), inputs.at(in + ".sequence"), inputs.at(in + ".sequence_length")}));
+    }
+    inputs[group] = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
+  }
+  return inputs;
 }
 
 TaskHead& Model::AddRankHead() {

@@ -25,6 +25,7 @@
 #include "tzrec/embedding/embedding_group.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/heads/task_head.h"
+#include "tzrec/modules/sequence_encoder.h"
 #include "tzrec/protos/model.pb.h"
 
 namespace tzrec {
@@ -70,8 +71,13 @@ class Model : public torch::nn::Module {
   EmbeddingGroup& AddEmbeddingGroup(
       const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,
       EmbeddingGroup::Options options);
-  // One lookup of every table, then the first view's {group_name: [B, dim]}.
+  // One lookup of every table, then the first view's inputs: {group_name: [B, dim]} for DEEP
+  // and WIDE groups (a DEEP group with sequence_groups: its pooled features, then each of its
+  // sequence_encoders' outputs in order), and "<g>.query" / "<g>.sequence" /
+  // "<g>.sequence_length" for SEQUENCE groups (embedding/embedding_group.h).
   std::map<std::string, at::Tensor> BuildInput(const Batch& batch);
+  // Width of DEEP group `group` in BuildInput (pooled features and sequence encoders).
+  int64_t InputDim(const std::string& group) const;
   LookupOutputs Lookup(const Batch& batch);
 
   // A single-task ranking model's head: model_config's losses, metrics, train_metrics and
@@ -92,6 +98,8 @@ class Model : public torch::nn::Module {
   HeadContext head_context_;
   EmbeddingCollection collection_;
   std::vector<std::unique_ptr<EmbeddingGroup>> groups_;
+  // Sequence encoders of the first view's DEEP groups, by group, in config order.
+  std::map<std::string, std::vector<std::shared_ptr<SequenceEncoder>>> group_encoders_;
   std::vector<std::unique_ptr<TaskHead>> heads_;
 };
 

@@ -17,7 +17,7 @@ class PLEModel : public Model {
     AddTowerHeads(TaskTowers(ple), "model_config.ple.task_towers");
     InitInput();
     group_ = embedding_group().group_names().front();
-    const int64_t feature_in = embedding_group().GroupTotalDim(group_);
+    const int64_t feature_in = InputDim(group_);
     num_tasks_ = ple.task_towers_size();
     if (ple.extraction_networks_size() == 0) {
       Fail("model_config.ple.extraction_networks: at least one extraction network is required");

@@ -1,5 +1,7 @@
 #include "tzrec/modules/mlp.h"
 
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/zeros.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/dropout.h>
@@ -68,8 +70,19 @@ int64_t CheckedCount(int64_t count, int64_t min, int64_t max, const std::string&
   return count;
 }
 
+DiceImpl::DiceImpl(int64_t hidden_size) {
+  bn_ = register_module("bn", torch::nn::BatchNorm1d(hidden_size));
+  alpha_ = register_parameter("alpha", at::zeros({hidden_size}));
+}
+
+at::Tensor DiceImpl::forward(const at::Tensor& input) {
+  at::Tensor p = at::sigmoid(bn_->forward(input));
+  return p * input + alpha_ * (1 - p) * input;
+}
+
 torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hidden_size,
                                       const std::string& where) {
+  if (Trim(activation) == "Dice") return torch::nn::AnyModule(Dice(hidden_size));
   std::string name;
   std::map<std::string, double> args;
   ParseActivation(activation, &name, &args, where);
@@ -105,7 +118,7 @@ torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hid
   } else {
     Fail(where, ".activation: '", activation,
          "' not supported yet (supported: nn.ReLU, nn.Sigmoid, nn.Tanh, nn.GELU, nn.SiLU, "
-         "nn.ELU, nn.LeakyReLU, nn.PReLU)");
+         "nn.ELU, nn.LeakyReLU, nn.PReLU, Dice)");
   }
   if (!args.empty()) {
     Fail(where, ".activation: argument '", args.begin()->first, "' of '", activation,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -33,6 +34,20 @@ void CheckLinearSize(int64_t in_features, int64_t out_features, const std::strin
 constexpr int64_t kMaxModuleCount = 1024;
 // `count` checked to be in [min, max] (expert and block counts); the error names `field`.
 int64_t CheckedCount(int64_t count, int64_t min, int64_t max, const std::string& field);
+
+// Dice (DIN's data-adaptive activation): p = sigmoid(BatchNorm(x)), out = p * x + alpha *
+// (1 - p) * x, per channel (alpha starts at 0). On [B*T, C] rows it is TorchEasyRec's dim=3
+// Dice: statistics over every step. Parameters "bn.*" and "alpha".
+class DiceImpl : public torch::nn::Module {
+ public:
+  explicit DiceImpl(int64_t hidden_size);
+  at::Tensor forward(const at::Tensor& input);
+
+ private:
+  torch::nn::BatchNorm1d bn_{nullptr};
+  at::Tensor alpha_;
+};
+TORCH_MODULE(Dice);
 
 class PerceptronImpl : public torch::nn::Module {
  public:
@@ -65,7 +80,8 @@ class MLPImpl : public torch::nn::Module {
 TORCH_MODULE(MLP);
 
 // Builds an activation module from a TorchEasyRec activation string ("nn.ReLU",
-// "torch.nn.LeakyReLU(negative_slope=0.1)", ...). Unknown ones fail naming `where`.
+// "torch.nn.LeakyReLU(negative_slope=0.1)", "Dice", ...) for a layer of `hidden_size`
+// channels. Unknown ones fail naming `where`.
 torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hidden_size,
                                       const std::string& where);
 

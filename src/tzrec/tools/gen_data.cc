@@ -28,6 +28,7 @@
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/metrics/auc.h"
 #include "tzrec/tools/gen_data_raw.h"
+#include "tzrec/tools/gen_data_sequence.h"
 #include "tzrec/tools/gen_data_tasks.h"
 
 namespace tzrec {
@@ -35,12 +36,15 @@ namespace {
 
 using gen_data_internal::CollectGroupingKeys;
 using gen_data_internal::HashString;
+using gen_data_internal::MaxSequenceSteps;
 using gen_data_internal::SplitMix64;
 using gen_data_internal::FormatFloat;
 using gen_data_internal::PlanRawInputs;
 using gen_data_internal::RawInput;
 using gen_data_internal::RawValueDrawer;
 using gen_data_internal::SampleZipf;
+using gen_data_internal::SequenceRow;
+using gen_data_internal::SequenceSignal;
 using gen_data_internal::PlanTasks;
 using gen_data_internal::Task;
 using gen_data_internal::TaskTowers;
@@ -116,6 +120,8 @@ int64_t GroupId(uint64_t key, int64_t j, int64_t pool, int64_t buckets) {
 struct TaskDraws {
   std::vector<float> probs;
   std::vector<float> labels;
+  // Classification with a sequence signal: probs without its term.
+  std::vector<float> probs_without_sequence;
 };
 
 // A row's hidden-model inputs per hidden feature: (id, pooling scale) pairs of sparse
@@ -128,6 +134,7 @@ struct DenseTerm {
 struct RowInputs {
   std::vector<std::vector<std::pair<int64_t, double>>> ids;
   std::vector<std::vector<DenseTerm>> dense;
+  double sequence_term = 0.0;  // the target/history match term (gen_data_sequence.h)
 };
 
 class Generator {
@@ -211,10 +218,17 @@ class Generator {
     std::set<std::string> keys;
     CollectGroupingKeys(config.model_config(), &keys);
     for (const auto& key : keys) PlanGroupingKey(key);
+    PlanSequences(config, options);
   }
 
   const std::vector<Task>& tasks() const { return tasks_; }
   bool has_towers() const { return has_towers_; }
+  const SequenceSignal& sequence_signal() const { return sequence_; }
+  // Share of (row, signal sequence) of the last Write() whose history repeats the target.
+  double sequence_match_rate() const {
+    const double drawn = static_cast<double>(sequence_rows_) * sequence_.signal_sequences();
+    return drawn > 0 ? static_cast<double>(sequence_matches_) / drawn : 0.0;
+  }
 
   // Writes `rows` rows split over `files` files; appends each task's oracle probabilities
   // and labels to `draws` (one entry per label field).
@@ -223,6 +237,7 @@ class Generator {
     MakeDirs(dir);
     draws->resize(tasks_.size());
     pool_rows_ = rows;
+    sequence_rows_ = sequence_matches_ = 0;
     std::mt19937_64 rng(SplitMix64(options_.seed ^ stream_seed));
     int64_t per_file = (rows + files - 1) / files;
     int64_t written = 0;
@@ -257,12 +272,16 @@ class Generator {
   // Typed Parquet columns: sparse features INT64, or LIST<INT64> when a row may hold several
   // ids; dense features DOUBLE (LIST<DOUBLE> when value_dim > 1); labels INT64 (DOUBLE for
   // l2_loss towers); sample weights DOUBLE; grouping-key columns no feature reads INT64.
-  // Values are the same draws as the CSV text, so the planted signal holds.
+  // Values are the same draws as the CSV text, so the planted signal holds. Sequences whose
+  // steps gen_data draws (those a sequence group reads) are lists of steps: LIST<INT64> or
+  // LIST<DOUBLE>, LIST<LIST<DOUBLE>> when value_dim > 1.
   void WriteParquet(const std::string& path, int64_t rows, std::mt19937_64& rng,
                     std::vector<TaskDraws>* draws) {
     std::vector<ParquetFieldSpec> specs;
     std::vector<ParquetColumn> columns;
     std::vector<int> kinds;  // 0 int64, 1 list<int64>, 2 double, 3 list<double>
+    std::vector<int> step_depths;  // stepped sequences: 1 a list of steps, 2 a list of lists
+    std::vector<std::string> step_delims;
     for (const auto& name : columns_) {
       const Feature* feature = nullptr;
       for (const auto& f : features_) {
@@ -277,16 +296,23 @@ class Generator {
       } else if (group_columns_.count(name)) {
         kind = 0;
       }
+      const int depth = feature && stepped_.count(name)
+                            ? (!feature->is_sparse() && feature->value_dim() > 1 ? 2 : 1)
+                            : 0;
+      if (depth) kind = feature->is_sparse() ? 1 : 3;
       const ParquetType type = kind <= 1 ? ParquetType::kInt64 : ParquetType::kDouble;
-      specs.push_back(kind % 2 ? ParquetFieldSpec::List(name, type)
-                               : ParquetFieldSpec::Plain(name, type));
+      specs.push_back(depth      ? ParquetFieldSpec::List(name, type, depth)
+                      : kind % 2 ? ParquetFieldSpec::List(name, type)
+                                 : ParquetFieldSpec::Plain(name, type));
       ParquetColumn column;
       column.name = name;
       column.values.name = name;
       column.values.type = ColumnTypeFor(type);
-      if (kind % 2) column.lists.resize(1);
+      if (kind % 2) column.lists.resize(std::max(depth, 1));
       columns.push_back(std::move(column));
       kinds.push_back(kind);
+      step_depths.push_back(depth);
+      step_delims.push_back(depth ? feature->sequence_delim() : std::string());
     }
     ParquetWriteOptions write_options;
     write_options.codec = ParquetCodec::kSnappy;
@@ -299,7 +325,7 @@ class Generator {
         fresh.name = columns[c].name;
         fresh.values.name = columns[c].name;
         fresh.values.type = columns[c].values.type;
-        if (kinds[c] % 2) fresh.lists.resize(1);
+        if (kinds[c] % 2) fresh.lists.resize(std::max(step_depths[c], 1));
         columns[c] = std::move(fresh);
       }
     };
@@ -308,6 +334,10 @@ class Generator {
       for (size_t c = 0; c < columns.size(); ++c) {
         ParquetColumn& column = columns[c];
         const std::string& text = cells[column.name];
+        if (step_depths[c]) {
+          AppendSteps(text, step_delims[c], step_depths[c], &column);
+          continue;
+        }
         std::vector<std::string_view> pieces;
         if (!text.empty() && kinds[c] % 2) {
           for (auto piece : SplitView(text, multival_sep_)) pieces.push_back(piece);
@@ -344,6 +374,39 @@ class Generator {
     writer.Close();
   }
 
+  // One row of a stepped sequence column from its text (steps joined by `delim`, the values of
+  // a step by the multi-value separator); no steps: a null list.
+  void AppendSteps(const std::string& text, const std::string& delim, int depth,
+                   ParquetColumn* column) const {
+    std::vector<std::string_view> steps;
+    if (!text.empty()) {
+      for (auto step : SplitView(text, delim)) steps.push_back(step);
+    }
+    column->lists[0].Append(!steps.empty(), static_cast<uint32_t>(steps.size()));
+    auto append = [&](std::string_view piece) {
+      if (column->values.type == ColumnType::kInt64) {
+        int64_t value = 0;
+        ParseInt64(piece, &value);
+        column->values.ints.push_back(value);
+      } else {
+        double value = 0;
+        ParseDouble(piece, &value);
+        column->values.doubles.push_back(value);
+      }
+      column->values.valid.push_back(1);
+    };
+    for (auto step : steps) {
+      if (depth == 1) {
+        append(step);
+        continue;
+      }
+      std::vector<std::string_view> values;
+      for (auto piece : SplitView(step, multival_sep_)) values.push_back(piece);
+      column->lists[1].Append(true, static_cast<uint32_t>(values.size()));
+      for (auto piece : values) append(piece);
+    }
+  }
+
   std::string Row(std::mt19937_64& rng, std::vector<TaskDraws>* draws) {
     std::map<std::string, std::string> cells = Cells(rng, draws);
     std::string line;
@@ -363,16 +426,34 @@ class Generator {
     RowInputs inputs;
     inputs.ids.resize(hidden_.size());
     inputs.dense.resize(hidden_.size());
+    SequenceRow sequence;
+    if (sequence_.draws_anything()) {
+      sequence = sequence_.Draw(rng);
+      CountSequenceRow(sequence);
+      inputs.sequence_term = sequence.term;
+    }
     for (size_t i = 0; i < hidden_.size(); ++i) {
       const HiddenFeature& h = hidden_[i];
       const Feature& f = *h.feature;
+      auto stepped = stepped_.find(f.name());
+      if (stepped != stepped_.end()) {
+        cells[f.name()] = SteppedCell(f, sequence.steps.at(stepped->second), sequence, rng,
+                                      &inputs.ids[i], &inputs.dense[i]);
+        continue;
+      }
       if (f.is_sparse()) {
         std::vector<int64_t> ids;
+        auto target = sequence.targets.find(f.name());
         if (group_features_.count(f.name())) {
           // A grouping key: one id per row from a small pool, so groups have several rows.
           const int64_t pool = GroupPoolSize(pool_rows_, f.num_embeddings());
           const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(pool));
           ids.push_back(GroupId(h.key, j, pool, f.num_embeddings()));
+        } else if (target != sequence.targets.end()) {
+          // The target item's attribute of a sequence-signal pair: one id, never null.
+          int64_t id = 0;
+          ParseInt64(target->second, &id);
+          ids.push_back(id);
         } else if (uniform(rng) >= options_.null_fraction) {
           ids.push_back(SampleZipf(rng, f.num_embeddings(), options_.zipf_exponent));
           if (uniform(rng) < options_.multi_value_fraction) {
@@ -406,6 +487,46 @@ class Generator {
     return cells;
   }
 
+  // FG_NONE text of a sequence feature whose steps the sequence plan draws (`steps` of them):
+  // paired history ids from the plan, otherwise one Zipf id (sparse) or value_dim Gaussian
+  // values (dense) per step; hidden-model inputs averaged over the steps, as for FG output.
+  std::string SteppedCell(const Feature& f, int steps, const SequenceRow& sequence,
+                          std::mt19937_64& rng, std::vector<std::pair<int64_t, double>>* ids,
+                          std::vector<DenseTerm>* dense) const {
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::string text;
+    if (f.is_sparse()) {
+      auto history = sequence.histories.find(f.name());
+      for (int t = 0; t < steps; ++t) {
+        int64_t id = 0;
+        if (history != sequence.histories.end()) {
+          ParseInt64(history->second[t], &id);
+        } else {
+          id = SampleZipf(rng, f.num_embeddings(), options_.zipf_exponent);
+        }
+        if (t) text += f.sequence_delim();
+        text += std::to_string(id);
+        ids->push_back({id, 1.0 / steps});
+      }
+      return text;
+    }
+    for (int t = 0; t < steps; ++t) {
+      if (t) text += f.sequence_delim();
+      for (int d = 0; d < f.value_dim(); ++d) {
+        const double x = normal(rng);
+        if (d) text += multival_sep_;
+        text += FormatFloat(x);
+        dense->push_back({d, x, static_cast<double>(steps)});
+      }
+    }
+    return text;
+  }
+
+  void CountSequenceRow(const SequenceRow& sequence) {
+    ++sequence_rows_;
+    sequence_matches_ += sequence.matches;
+  }
+
   bool IsRegressionLabel(const std::string& name) const {
     for (const auto& task : tasks_) {
       if (task.label == name) return task.regression;
@@ -436,8 +557,9 @@ class Generator {
           // FG output (possibly bucketized or unbounded): a squashed linear term.
           logit += h.first_order_scale * w * std::tanh(x) / term.divisor;
         } else {
-          // Linear plus a mild non-linearity the deep part can pick up.
-          logit += h.first_order_scale * (w * x + 0.5 * w * (x * x - 1.0));
+          // Linear plus a mild non-linearity the deep part can pick up (averaged over the
+          // steps of a sequence; divisor 1 otherwise).
+          logit += h.first_order_scale * (w * x + 0.5 * w * (x * x - 1.0)) / term.divisor;
         }
       }
     }
@@ -459,48 +581,68 @@ class Generator {
   void DrawLabels(const RowInputs& inputs, std::mt19937_64& rng,
                   std::map<std::string, std::string>* cells, std::vector<TaskDraws>* draws) const {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
-    const double shared = HiddenLogit(inputs, 0);
+    // The sequence term joins the shared logit, so every task sees it. The oracle without it
+    // (same draws) tells what a model blind to the target/history match could reach.
+    const bool with_sequence = sequence_.has_signal();
+    const double blind = HiddenLogit(inputs, 0);
+    const double shared = with_sequence ? blind + inputs.sequence_term : blind;
     const double mix_shared = std::sqrt(kSharedShare), mix_own = std::sqrt(1.0 - kSharedShare);
     std::vector<double> own(tasks_.size(), 1.0);  // P(label != 0 | x, parents positive)
+    std::vector<double> own_blind(tasks_.size(), 1.0);
     std::vector<int> drawn(tasks_.size(), 0);
     for (int t : order_) {
       const Task& task = tasks_[t];
       TaskDraws& out = (*draws)[t];
-      auto class_logit = [&](int c) {
-        if (task.independent && c == 1) return shared + task.bias;
-        const uint64_t salt = c == 1 ? task.salt : SplitMix64(task.salt + static_cast<uint64_t>(c));
-        return mix_shared * shared + mix_own * HiddenLogit(inputs, salt) + task.bias;
+      std::map<int, double> specific;  // task-specific hidden logits by class
+      auto class_logit = [&](int c, double shared_logit) {
+        if (task.independent && c == 1) return shared_logit + task.bias;
+        auto it = specific.find(c);
+        if (it == specific.end()) {
+          const uint64_t salt =
+              c == 1 ? task.salt : SplitMix64(task.salt + static_cast<uint64_t>(c));
+          it = specific.emplace(c, HiddenLogit(inputs, salt)).first;
+        }
+        return mix_shared * shared_logit + mix_own * it->second + task.bias;
       };
-      double gate = 1.0;
+      auto softmax = [&](double shared_logit) {
+        std::vector<double> p(task.num_class, 0.0);
+        double top = 0.0;
+        for (int c = 1; c < task.num_class; ++c) {
+          p[c] = class_logit(c, shared_logit);
+          top = std::max(top, p[c]);
+        }
+        double total = 0.0;
+        for (int c = 0; c < task.num_class; ++c) total += (p[c] = std::exp(p[c] - top));
+        for (auto& v : p) v /= total;
+        return p;
+      };
+      double gate = 1.0, gate_blind = 1.0;
       for (int g : task.gates) gate *= own[g];
+      for (int g : task.gates) gate_blind *= own_blind[g];
       bool open = true;
       for (int p : task.parents) open = open && drawn[p] != 0;
       std::string text;
       if (task.regression) {
-        const double mean = kRegressionScale * Sigmoid(class_logit(1));
+        const double mean = kRegressionScale * Sigmoid(class_logit(1, shared));
         const double noise = std::normal_distribution<double>(0.0, kRegressionNoise)(rng);
         const double y = open ? mean + noise : 0.0;
         text = FormatFloat(y);
         out.probs.push_back(static_cast<float>(gate * mean));
         out.labels.push_back(static_cast<float>(y));
       } else if (task.num_class <= 2) {
-        const double q = Sigmoid(class_logit(1));
+        const double q = Sigmoid(class_logit(1, shared));
         const int label = uniform(rng) < q && open ? 1 : 0;
         own[t] = q;
         drawn[t] = label;
         text = std::to_string(label);
         out.probs.push_back(static_cast<float>(gate * q));
         out.labels.push_back(static_cast<float>(label));
-      } else {
-        std::vector<double> p(task.num_class, 0.0);
-        double top = 0.0;
-        for (int c = 1; c < task.num_class; ++c) {
-          p[c] = class_logit(c);
-          top = std::max(top, p[c]);
+        if (with_sequence) {
+          own_blind[t] = Sigmoid(class_logit(1, blind));
+          out.probs_without_sequence.push_back(static_cast<float>(gate_blind * own_blind[t]));
         }
-        double total = 0.0;
-        for (int c = 0; c < task.num_class; ++c) total += (p[c] = std::exp(p[c] - top));
-        for (auto& v : p) v /= total;
+      } else {
+        const std::vector<double> p = softmax(shared);
         const double u = uniform(rng);
         int cls = task.num_class - 1;
         double cumulative = 0.0;
@@ -519,6 +661,14 @@ class Generator {
           out.probs.push_back(static_cast<float>(c == 0 ? 1.0 - gate * (1.0 - p[0]) : gate * p[c]));
         }
         out.labels.push_back(static_cast<float>(label));
+        if (with_sequence) {
+          const std::vector<double> b = softmax(blind);
+          own_blind[t] = 1.0 - b[0];
+          for (int c = 0; c < task.num_class; ++c) {
+            out.probs_without_sequence.push_back(
+                static_cast<float>(c == 0 ? 1.0 - gate_blind * (1.0 - b[0]) : gate_blind * b[c]));
+          }
+        }
       }
       (*cells)[task.label] = text;
     }
@@ -581,6 +731,29 @@ class Generator {
     LOG_WARNING << "gen_data: grouping key '" << key << "' names no feature or column";
   }
 
+  // ------------------------------------------------------------------------ sequences
+
+  // The target/history signal of the model's sequence groups (after the grouping keys, whose
+  // columns keep their pools) and, for FG_NONE, the sequence features whose steps it draws.
+  void PlanSequences(const protos::EasyRecConfig& config, const GenDataOptions& options) {
+    std::set<std::string> reserved(labels_.begin(), labels_.end());
+    reserved.insert(weights_.begin(), weights_.end());
+    reserved.insert(group_features_.begin(), group_features_.end());
+    reserved.insert(group_columns_.begin(), group_columns_.end());
+    for (const auto& kv : group_raw_) reserved.insert(kv.first);
+    std::vector<fg::FeatureInfo> encoded;
+    if (!generator_) encoded = fg::DescribeFeatures(config.feature_configs(), data_mode_);
+    const std::vector<fg::FeatureInfo>& infos = generator_ ? infos_ : encoded;
+    sequence_ =
+        SequenceSignal(config.model_config(), infos, data_mode_, raw_inputs_, reserved, options);
+    if (generator_) return;
+    for (const auto& info : infos) {
+      if (info.is_sequence && sequence_.DrawsSteps(info.sequence_name)) {
+        stepped_[info.name] = info.sequence_name;
+      }
+    }
+  }
+
   // A raw value of grouping-key feature `info`: pool entry j (uniform) as a token its
   // bucketizer maps to one id.
   std::string GroupToken(const fg::FeatureInfo& info, std::mt19937_64& rng) const {
@@ -614,16 +787,28 @@ class Generator {
     return token;
   }
 
-  // Raw cells of one row; grouped sequences share a step count per row.
-  std::map<std::string, std::string> RawRow(std::mt19937_64& rng) {
+  // Raw cells of one row; grouped sequences share a step count per row. `sequence_term`: the
+  // row's target/history match term.
+  std::map<std::string, std::string> RawRow(std::mt19937_64& rng, double* sequence_term) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::map<std::string, std::string> cells;
-    std::map<std::string, int> steps;  // by sequence name
+    SequenceRow sequence;
+    if (sequence_.draws_anything()) {
+      sequence = sequence_.Draw(rng);
+      CountSequenceRow(sequence);
+    }
+    *sequence_term = sequence.term;
+    std::map<std::string, int> steps = sequence.steps;  // by sequence name
     for (const RawInput& raw : raw_inputs_) {
       if (!raw.sequence) {
         auto group = group_raw_.find(raw.column);
         if (group != group_raw_.end()) {
           cells[raw.column] = GroupToken(*group->second, rng);
+          continue;
+        }
+        auto target = sequence.targets.find(raw.column);
+        if (target != sequence.targets.end()) {
+          cells[raw.column] = target->second;  // a sequence-signal target: never null
           continue;
         }
         cells[raw.column] = uniform(rng) < options_.null_fraction ? std::string() : raw_drawer_.RawValue(raw, rng);
@@ -632,12 +817,17 @@ class Generator {
       const fg::FeatureInfo& info = *raw.info;
       auto it = steps.find(info.sequence_name);
       if (it == steps.end()) {
-        // sequence_length 0 keeps every step; 8 is plenty for mock rows either way.
-        int most = static_cast<int>(info.sequence_length > 0 ? std::min<int64_t>(info.sequence_length, 8) : 8);
+        // sequence_length 0 keeps every step; max_sequence_steps (8) is plenty for mock rows.
+        const int64_t most = MaxSequenceSteps(info, options_.max_sequence_steps);
         it = steps.emplace(info.sequence_name, static_cast<int>(rng() % (most + 1))).first;
       }
       std::string text;
-      for (int s = 0; s < it->second; ++s) text += (s ? info.sequence_delim : std::string()) + raw_drawer_.RawValue(raw, rng);
+      auto history = sequence.histories.find(raw.column);
+      for (int s = 0; s < it->second; ++s) {
+        if (s) text += info.sequence_delim;
+        text += history != sequence.histories.end() ? history->second[s]
+                                                    : raw_drawer_.RawValue(raw, rng);
+      }
       cells[raw.column] = text;
     }
     for (const auto& column : group_columns_) {
@@ -750,8 +940,9 @@ class Generator {
         column.name = raw.column;
         batch.columns.push_back(std::move(column));
       }
+      std::vector<double> sequence_terms(n, 0.0);
       for (int64_t r = 0; r < n; ++r) {
-        cells[r] = RawRow(rng);
+        cells[r] = RawRow(rng, &sequence_terms[r]);
         batch.line_numbers.push_back(start + r + 1);
         for (auto& column : batch.columns) {
           const std::string& text = cells[r][column.name];
@@ -762,7 +953,9 @@ class Generator {
       generator_->Generate(batch, &parsed);
       auto offsets = RowOffsets(parsed, n);
       for (int64_t r = 0; r < n; ++r) {
-        DrawLabels(InputsOf(parsed, offsets, r), rng, &cells[r], draws);
+        RowInputs inputs = InputsOf(parsed, offsets, r);
+        inputs.sequence_term = sequence_terms[r];
+        DrawLabels(inputs, rng, &cells[r], draws);
         for (const auto& w : weights_) cells[r][w] = FormatFloat(0.5 + uniform(rng));
         if (!parquet_) {
           for (size_t c = 0; c < columns_.size(); ++c) {
@@ -823,6 +1016,10 @@ class Generator {
   std::set<std::string> group_features_, group_columns_;
   std::map<std::string, const fg::FeatureInfo*> group_raw_;
   int64_t pool_rows_ = 0;
+  SequenceSignal sequence_;
+  // FG_NONE sequence features whose steps sequence_ draws -> their sequence name.
+  std::map<std::string, std::string> stepped_;
+  int64_t sequence_rows_ = 0, sequence_matches_ = 0;  // of the current Write()
   std::vector<std::unique_ptr<Feature>> features_;
   std::vector<HiddenFeature> hidden_;
   std::vector<std::string> columns_, labels_, weights_;
@@ -835,6 +1032,27 @@ class Generator {
 }  // namespace
 
 namespace {
+
+// Bounds of the sequence options: a row's text must stay far below the CSV record cap, and
+// pools are meant to be small.
+constexpr int kMaxSequenceSteps = 10000;
+constexpr int64_t kMaxSequencePool = 1000000;
+
+void CheckSequenceOptions(const GenDataOptions& options) {
+  const double variance = options.sequence_signal_variance;
+  if (!(variance >= 0) || !std::isfinite(variance)) {
+    Fail("gen_data: --sequence_signal_variance must be a finite number >= 0, got ",
+         options.sequence_signal_variance);
+  }
+  if (options.max_sequence_steps < 1 || options.max_sequence_steps > kMaxSequenceSteps) {
+    Fail("gen_data: --max_sequence_steps must be in [1, ", kMaxSequenceSteps, "], got ",
+         options.max_sequence_steps);
+  }
+  if (options.sequence_pool_size < 2 || options.sequence_pool_size > kMaxSequencePool) {
+    Fail("gen_data: --sequence_pool_size must be in [2, ", kMaxSequencePool, "], got ",
+         options.sequence_pool_size);
+  }
+}
 
 std::string JsonString(const std::string& text) {
   std::string out = "\"";
@@ -881,6 +1099,7 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
                                const GenDataOptions& options) {
   if (options.output_dir.empty()) Fail("gen_data: --output_dir is required");
   if (options.train_rows <= 0 || options.eval_rows <= 0) Fail("gen_data: rows must be > 0");
+  CheckSequenceOptions(options);
   Generator generator(config, options);
   GenDataResult result;
   std::vector<TaskDraws> train, eval;
@@ -889,7 +1108,10 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
   std::string train_dir = JoinPath(options.output_dir, "train");
   std::string eval_dir = JoinPath(options.output_dir, "eval");
   generator.Write(train_dir, options.train_rows, train_files, 1, &train);
+  result.sequence_match_rate = generator.sequence_match_rate();
   generator.Write(eval_dir, options.eval_rows, eval_files, 2, &eval);
+  result.sequence_pairs = generator.sequence_signal().PairNames();
+  const bool with_sequence = !result.sequence_pairs.empty();
   result.train_pattern = JoinPath(train_dir, std::string("*.") + generator.extension());
   result.eval_pattern = JoinPath(eval_dir, std::string("*.") + generator.extension());
 
@@ -914,6 +1136,12 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
       label.mean = sum / static_cast<double>(train[t].labels.size());
     } else {
       label.oracle_auc = OracleAuc(eval[t], task.num_class);
+      if (with_sequence) {
+        TaskDraws blind;
+        blind.probs = eval[t].probs_without_sequence;
+        blind.labels = eval[t].labels;
+        label.oracle_auc_without_sequence = OracleAuc(blind, task.num_class);
+      }
       double positives = 0;
       for (float y : train[t].labels) positives += y != 0.0f;
       label.positive_rate = positives / static_cast<double>(train[t].labels.size());
@@ -926,13 +1154,16 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
     result.positive_rate = result.labels[headline].positive_rate;
   }
 
-  auto oracle_fields = [](const GenDataLabel& label) {
+  auto oracle_fields = [&](const GenDataLabel& label) {
     std::ostringstream out;
     out.precision(17);
     if (label.regression) {
       out << "\"oracle_mse\": " << label.oracle_mse;
     } else {
       out << "\"oracle_auc\": " << label.oracle_auc;
+      if (with_sequence) {
+        out << ", \"oracle_auc_without_sequence\": " << label.oracle_auc_without_sequence;
+      }
     }
     return out.str();
   };
@@ -961,6 +1192,15 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
     }
     json << "}";
   }
+  if (with_sequence) {
+    json << ", \"sequence_signal\": {\"match_rate\": " << result.sequence_match_rate
+         << ", \"pairs\": [";
+    for (size_t p = 0; p < result.sequence_pairs.size(); ++p) {
+      json << (p ? ", " : "") << "[" << JsonString(result.sequence_pairs[p].first) << ", "
+           << JsonString(result.sequence_pairs[p].second) << "]";
+    }
+    json << "], \"variance\": " << options.sequence_signal_variance << "}";
+  }
   // The top-level fields last: scripts read them with a greedy `.*"oracle_auc": `.
   json << ", \"oracle_auc\": " << result.oracle_auc << ", \"positive_rate\": "
        << result.positive_rate << ", \"train_pattern\": " << JsonString(result.train_pattern)
@@ -987,15 +1227,20 @@ int GenDataMain(const std::vector<std::string>& args) {
                {"interaction_variance",
                 "variance of the hidden model's pairwise feature interactions (first-order ids "
                 "have 1.0)", false, "1.0"},
+               {"sequence_signal_variance",
+                "variance of the hidden model's target/history term: +-sqrt(v) by whether a "
+                "history step repeats the target item, for models with sequence groups (0: none)",
+                false, "1.0"},
+               {"max_sequence_steps",
+                "most steps a sequence gets per row (uniform from 0; capped by sequence_length)",
+                false, "8"},
+               {"sequence_pool_size",
+                "distinct values of each attribute that query and history share in a sequence "
+                "group", false, "500"},
                {"edit_config_json", "JSON object of config path -> value overrides (as for "
                                     "train_eval), e.g. to write Parquet for an ODPS config"}});
   if (!flags.Parse(args)) return 0;
   if (flags.Get("pipeline_config_path").empty()) Fail("gen_data: --pipeline_config_path is required");
-  auto config = LoadPipelineConfig(flags.Get("pipeline_config_path"));
-  if (!flags.Get("edit_config_json").empty()) EditConfigJson(&config, flags.Get("edit_config_json"));
-  // The check train_eval runs first: an unsupported field otherwise surfaces as whatever
-  // gen_data's own use of the config trips over.
-  CheckConfigSupported(config);
   GenDataOptions options;
   options.output_dir = flags.Get("output_dir");
   options.train_rows = flags.GetInt("train_rows");
@@ -1011,12 +1256,32 @@ int GenDataMain(const std::vector<std::string>& args) {
   }
   if (options.first_order_variance < 0) Fail("gen_data: --first_order_variance must be >= 0");
   if (options.interaction_variance < 0) Fail("gen_data: --interaction_variance must be >= 0");
+  if (!ParseDouble(flags.Get("sequence_signal_variance"), &options.sequence_signal_variance)) {
+    Fail("gen_data: --sequence_signal_variance must be a number, got '",
+         flags.Get("sequence_signal_variance"), "'");
+  }
+  const int64_t steps = flags.GetInt("max_sequence_steps");
+  if (steps < 1 || steps > kMaxSequenceSteps) {
+    Fail("gen_data: --max_sequence_steps must be in [1, ", kMaxSequenceSteps, "], got ", steps);
+  }
+  options.max_sequence_steps = static_cast<int>(steps);
+  options.sequence_pool_size = flags.GetInt("sequence_pool_size");
+  CheckSequenceOptions(options);  // bad flags fail before the config is read
+  auto config = LoadPipelineConfig(flags.Get("pipeline_config_path"));
+  if (!flags.Get("edit_config_json").empty()) EditConfigJson(&config, flags.Get("edit_config_json"));
+  // The check train_eval runs first: an unsupported field otherwise surfaces as whatever
+  // gen_data's own use of the config trips over.
+  CheckConfigSupported(config);
   auto result = GenerateMockData(config, options);
   LOG_INFO << "gen_data: wrote " << options.train_rows << " train rows to "
            << result.train_pattern << " and " << options.eval_rows << " eval rows to "
            << result.eval_pattern;
   LOG_INFO << "gen_data: positive rate " << result.positive_rate << ", oracle AUC "
            << result.oracle_auc;
+  if (!result.sequence_pairs.empty()) {
+    LOG_INFO << "gen_data: sequence signal on " << result.sequence_pairs.size()
+             << " pairs; share of histories that repeat the target " << result.sequence_match_rate;
+  }
   std::printf("oracle_auc=%.6f\n", result.oracle_auc);
   for (const auto& label : result.labels) {
     if (label.regression) {
@@ -1027,6 +1292,12 @@ int GenDataMain(const std::vector<std::string>& args) {
       LOG_INFO << "gen_data: label " << label.label << ": positive rate " << label.positive_rate
                << ", oracle AUC " << label.oracle_auc;
       std::printf("oracle_auc_%s=%.6f\n", label.label.c_str(), label.oracle_auc);
+      if (!result.sequence_pairs.empty()) {
+        LOG_INFO << "gen_data: label " << label.label << ": oracle AUC without the sequence term "
+                 << label.oracle_auc_without_sequence;
+        std::printf("oracle_auc_without_sequence_%s=%.6f\n", label.label.c_str(),
+                    label.oracle_auc_without_sequence);
+      }
     }
   }
   return 0;

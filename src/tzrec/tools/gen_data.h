@@ -25,12 +25,34 @@
 // keys (at most the feature's bucket count), so groups have several rows of both classes:
 // the encoded id for FG_NONE data, the raw input column(s) for FG_DAG / FG_NORMAL.
 //
+// Sequences: a sequence's step count per row is uniform in [0, min(sequence_length,
+// max_sequence_steps)] (sequence_length 0: max_sequence_steps), shared by its sub-features.
+// Target attention signal (gen_data_sequence.h): each sequence group of the model
+// (group_type SEQUENCE / JAGGED_SEQUENCE, or a group's sequence_groups) pairs its sparse query
+// features with the sequence sub-features of the same attribute (`<seq>__<name>` with
+// `<name>`, else by position). Paired attributes draw uniformly from a pool of
+// sequence_pool_size values (fewer when the buckets are fewer; a pair with fewer than
+// min(50, sequence_pool_size) carries no signal), and in about half the rows one history step
+// repeats the target item (every paired attribute equal to the target's): as raw values for
+// FG_NORMAL / FG_DAG, so the match survives feature generation. The shared hidden logit gets
+// +sqrt(v / G) per sequence whose history repeats the target and -sqrt(v / G) per one whose
+// history does not (v = sequence_signal_variance, 0: no signal; G signal sequences). Pooling
+// the history barely sees one matching step among many; attention over [q, s, q - s, q * s]
+// finds it. FG_NONE sequences a group reads are written step by step (one id per sparse step;
+// Parquet: a LIST of steps). Configs without sequence groups are written exactly as before
+// the signal existed.
+//
 // The oracle (the hidden model's own probabilities on the eval rows) is reported per label,
 // so tests can ask a trained model to come close to it. <output_dir>/oracle.json (one line):
 //   {"eval_pattern": ..., "labels": {"<label>": {"oracle_auc": a, "positive_rate": r} or
 //    {"oracle_mse": m, "mean": y} for regression}, "towers": {"<tower>": {"label": "<label>",
 //    "oracle_auc": a (or "oracle_mse": m)}} (models with task towers only), "oracle_auc": a,
 //    "positive_rate": r, "train_pattern": ...}
+// With a sequence signal each classification label also has "oracle_auc_without_sequence"
+// (the hidden model with the sequence term left out: about the best a model blind to the
+// target/history match can do), and "sequence_signal": {"match_rate": share of (train row,
+// signal sequence) whose history repeats the target, "pairs": [[query, sequence feature]...],
+// "variance": v} comes before the top-level fields.
 // The top-level oracle_auc / positive_rate are the first label's (the first classification
 // label's when the first is a regression one); they come after the nested ones so that
 // `sed 's/.*"oracle_auc": ...'` scripts read them. AUCs are exact on the eval rows (for
@@ -40,6 +62,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tzrec/protos/pipeline.pb.h"
@@ -62,6 +85,13 @@ struct GenDataOptions {
   // minute raise the first and drop the second.
   double first_order_variance = 1.0;
   double interaction_variance = 1.0;
+  // Variance of the target/history match term of the hidden logit (0: no sequence signal).
+  double sequence_signal_variance = 1.0;
+  // Most steps a sequence gets per row (also capped by the config's sequence_length).
+  int max_sequence_steps = 8;
+  // Distinct values of each paired (query, history) attribute: few enough that every value is
+  // seen often, so query and history embeddings (separate tables) can align.
+  int64_t sequence_pool_size = 500;
 };
 
 // The oracle of one label field.
@@ -72,6 +102,8 @@ struct GenDataLabel {
   bool regression = false;
   std::vector<std::string> depends_on;  // labels that must be positive for this one to be
   double oracle_auc = 0.0;     // classification: on the eval rows
+  // Classification with a sequence signal: the oracle without its sequence term.
+  double oracle_auc_without_sequence = 0.0;
   double positive_rate = 0.0;  // classification: share of labels != 0 over train rows
   double oracle_mse = 0.0;     // regression: of the oracle mean on the eval rows
   double mean = 0.0;           // regression: mean label over train rows
@@ -83,6 +115,10 @@ struct GenDataResult {
   double oracle_auc = 0.0;     // of the first (classification) label, on the eval rows
   double positive_rate = 0.0;  // of the same label, over train rows
   std::vector<GenDataLabel> labels;  // in data_config.label_fields order
+  // The target/history signal: (query feature, sequence feature) pairs that carry it (empty:
+  // none) and the share of (train row, signal sequence) whose history repeats the target.
+  std::vector<std::pair<std::string, std::string>> sequence_pairs;
+  double sequence_match_rate = 0.0;
 };
 
 GenDataResult GenerateMockData(const protos::EasyRecConfig& config, const GenDataOptions& options);

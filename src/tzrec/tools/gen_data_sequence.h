@@ -1,0 +1,103 @@
+// Internal to `tzrec gen_data`: the target-attention signal planted in sequence features.
+//
+// A model's sequence groups (feature groups of group_type SEQUENCE / JAGGED_SEQUENCE, and
+// `sequence_groups` of other groups) put query features (the target item's attributes) next to
+// sequence sub-features (the same attributes of the items in the user's history). Pairs are
+// matched by name (`<sequence_name>__<name>` with `<name>`), else by position among the group's
+// query and sequence features, as the model concatenates them. Sparse pairs carry the signal:
+// both sides draw from one pool of a few hundred values, so each value is seen often enough for
+// the separate query and history embedding tables to align, and in about half the rows one
+// history step repeats the target item (all paired attributes of the step equal the target's).
+// The hidden logit gets +s per sequence whose history repeats the target and -s per one whose
+// history does not: an exact-match indicator, which one matching step among many barely moves
+// in a pooled history but attention over [q, s, q - s, q * s] picks out. (With ideal shared
+// 16-d embeddings and up to 50 steps, q . mean(s) tells matched rows apart with AUC ~0.74,
+// max_t q . s_t with ~0.95.)
+//
+// Values are drawn as the text gen_data writes: ids for FG_NONE data, raw tokens for
+// FG_NORMAL / FG_DAG (checked with every reader's bucketizer to map to distinct ids, so the
+// match survives feature generation).
+//
+// Immutable after construction; Draw() only uses the generator it is given, so one plan may
+// be shared by threads that each have their own generator.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tzrec/fg/feature_info.h"
+#include "tzrec/protos/model.pb.h"
+#include "tzrec/tools/gen_data.h"
+#include "tzrec/tools/gen_data_raw.h"
+
+namespace tzrec::gen_data_internal {
+
+// Most steps a sequence of `info` gets per row: max_sequence_steps, capped by sequence_length
+// when that is set (> 0).
+int64_t MaxSequenceSteps(const fg::FeatureInfo& info, int max_sequence_steps);
+
+// One row's sequence draws. Slots are the columns gen_data writes: feature names for FG_NONE,
+// raw columns for FG_NORMAL / FG_DAG.
+struct SequenceRow {
+  std::map<std::string, int> steps;            // by sequence name: steps of this row
+  std::map<std::string, std::string> targets;  // query slot -> the target's value
+  std::map<std::string, std::vector<std::string>> histories;  // history slot -> one per step
+  int matches = 0;     // signal sequences whose history repeats the target
+  double term = 0.0;   // added to the shared hidden logit
+};
+
+class SequenceSignal {
+ public:
+  SequenceSignal() = default;
+  // `infos`: the config's features (DescribeFeatures for its fg_mode); `raw_inputs`: the raw
+  // columns gen_data draws (FG_NORMAL / FG_DAG; empty for FG_NONE); `reserved`: slots that keep
+  // their own values (labels, sample weights, grouping keys).
+  SequenceSignal(const protos::ModelConfig& model, const std::vector<fg::FeatureInfo>& infos,
+                 protos::FgMode mode, const std::vector<RawInput>& raw_inputs,
+                 const std::set<std::string>& reserved, const GenDataOptions& options);
+
+  // Whether some pair carries the signal.
+  bool has_signal() const { return !pairs_.empty(); }
+  // Whether Draw() draws the steps of this sequence: signal sequences and, for FG_NONE, every
+  // sequence a sequence group reads (its sub-features must agree on the steps).
+  bool DrawsSteps(const std::string& sequence_name) const {
+    return step_index_.count(sequence_name) > 0;
+  }
+  bool draws_anything() const { return !sequences_.empty(); }
+  // (query feature, sequence feature) names of the pairs that carry the signal.
+  std::vector<std::pair<std::string, std::string>> PairNames() const;
+  int signal_sequences() const { return signal_sequences_; }
+
+  SequenceRow Draw(std::mt19937_64& rng) const;
+
+ private:
+  struct Pool {
+    std::string slot;                 // the query slot
+    std::vector<std::string> values;  // distinct tokens
+  };
+  struct Pair {
+    std::string query_feature, history_feature;
+    std::string history_slot;
+    int pool = 0;  // index into pools_ (the query slot's pool)
+  };
+  struct Sequence {
+    std::string name;
+    int64_t max_steps = 0;
+    std::vector<int> pairs;  // empty: only the steps are drawn here
+    double plant_probability = 0.0;
+  };
+
+  std::vector<Pool> pools_;
+  std::vector<Pair> pairs_;
+  std::vector<Sequence> sequences_;
+  std::map<std::string, size_t> step_index_;
+  int signal_sequences_ = 0;
+  double scale_ = 0.0;  // +-scale_ per signal sequence
+};
+
+}  // namespace tzrec::gen_data_internal
