@@ -130,10 +130,10 @@ std::vector<std::string> ReadLines(const std::string& path) {
   return lines;
 }
 
-// gen_data for examples/deepfm_mock.config (with `edits`) into dir/data.
+// gen_data for examples/<example>.config (with `edits`) into dir/data.
 GenDataResult MockData(const testing::TempDir& dir, int64_t train_rows, int64_t eval_rows, int files,
-                       const std::string& edits = "") {
-  auto cfg = LoadPipelineConfig(testing::SourceDir() + "/examples/deepfm_mock.config");
+                       const std::string& edits = "", const std::string& example = "deepfm_mock") {
+  auto cfg = LoadPipelineConfig(testing::SourceDir() + "/examples/" + example + ".config");
   if (!edits.empty()) EditConfigJson(&cfg, edits);
   GenDataOptions gen;
   gen.output_dir = dir.File("data");
@@ -146,20 +146,23 @@ GenDataResult MockData(const testing::TempDir& dir, int64_t train_rows, int64_t 
 // Two ranks on batches of 64 train exactly like one process on the same global batches of
 // 128 (rank 0's rows then rank 1's rows): same final dense weights and embedding tables, and
 // the same evaluation over all eval rows.
-void TwoRanksMatchOneProcess(const std::string& sharding) {
-  SCOPED_TRACE(sharding);
+// `example`: a CSV example config; `grouping_key`: one of its sparse features.
+void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& example = "deepfm_mock",
+                             const std::string& grouping_key = "cat_4") {
+  SCOPED_TRACE(sharding + " " + example);
   testing::TempDir dir;
   // The example plus a decayed train AUC, logged with the losses.
-  const std::string config = dir.File("deepfm_train_metrics.config");
+  const std::string config = dir.File("train_metrics.config");
   {
-    auto cfg = LoadPipelineConfig(testing::SourceDir() + "/examples/deepfm_mock.config");
+    auto cfg = LoadPipelineConfig(testing::SourceDir() + "/examples/" + example + ".config");
     auto* train_auc = cfg.mutable_model_config()->add_train_metrics();
     train_auc->mutable_auc();
     train_auc->set_decay_step(4);
     SavePipelineConfig(cfg, config);
   }
   const int64_t batch = 64, steps = 20;
-  MockData(dir, 2 * batch * steps, 1000, 2);  // one file per rank (CSV is split by whole files)
+  // One file per rank (CSV is split by whole files).
+  MockData(dir, 2 * batch * steps, 1000, 2, "", example);
   // The one-process file: blocks of `batch` rows taken alternately from the two rank files.
   auto a = ReadLines(dir.File("data/train/part-00000.csv"));
   auto b = ReadLines(dir.File("data/train/part-00001.csv"));
@@ -252,7 +255,9 @@ void TwoRanksMatchOneProcess(const std::string& sharding) {
   {
     auto cfg = LoadPipelineConfig(dir.File("two/pipeline.config"));
     auto* metrics = cfg.mutable_model_config();
-    metrics->add_metrics()->mutable_grouped_auc()->set_grouping_key("cat_4");
+    bool has_grouped_auc = false;
+    for (const auto& m : metrics->metrics()) has_grouped_auc = has_grouped_auc || m.has_grouped_auc();
+    if (!has_grouped_auc) metrics->add_metrics()->mutable_grouped_auc()->set_grouping_key(grouping_key);
     metrics->add_metrics()->mutable_normalized_entropy();
     metrics->add_metrics()->mutable_accuracy();
     SavePipelineConfig(cfg, dir.File("two/eval.config"));
@@ -282,6 +287,14 @@ void TwoRanksMatchOneProcess(const std::string& sharding) {
 TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
   for (const char* sharding : {"data_parallel", "table_wise", "row_wise", "column_wise"}) {
     TwoRanksMatchOneProcess(sharding);
+  }
+}
+
+// The same for sequence tables (a SEQUENCE group with DIN attention): sequence lookups take
+// part in the gradient exchange and the sharded alltoall like pooled ones.
+TEST(Distributed, TwoRanksMatchOneProcessWithShardedSequenceTables) {
+  for (const char* sharding : {"data_parallel", "table_wise", "row_wise", "column_wise"}) {
+    TwoRanksMatchOneProcess(sharding, "multi_tower_din_mock", "user_id");
   }
 }
 

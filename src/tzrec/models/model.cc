@@ -53,8 +53,14 @@ EmbeddingGroup& Model::InitInput(int wide_embedding_dim) {
     auto& encoders = group_encoders_[group.group_name()];
     for (int e = 0; e < group.sequence_encoders_size(); ++e) {
       const std::string encoder_where = StrCat(where, ".sequence_encoders[", e, "]");
-      const auto& config = group.sequence_encoders(e);
+      // A copy: encoders read their config only while they are built.
+      protos::SeqEncoderConfig config = group.sequence_encoders(e);
       std::string input = SequenceEncoderInput(config, encoder_where);
+      if (input.empty() && nested.size() == 1) {
+        // An encoder without input binds to the group's only sequence group (TorchEasyRec).
+        input = nested.front();
+        SetSequenceEncoderInput(&config, input);
+      }
       if (std::find(nested.begin(), nested.end(), input) == nested.end()) {
         Fail(encoder_where, ".input: '", input, "' is not one of the group's sequence_groups (",
              Join(nested, ", "), ")");

@@ -39,6 +39,14 @@ std::string SequenceEncoderInput(const protos::SeqEncoderConfig& config, const s
   return member.GetReflection()->GetString(member, input);
 }
 
+void SetSequenceEncoderInput(protos::SeqEncoderConfig* config, const std::string& input) {
+  std::string name;
+  Member(*config, "sequence_encoders", &name);
+  const auto* field = config->GetDescriptor()->FindFieldByName(name);
+  google::protobuf::Message* member = config->GetReflection()->MutableMessage(config, field);
+  member->GetReflection()->SetString(member, member->GetDescriptor()->FindFieldByName("input"), input);
+}
+
 std::shared_ptr<SequenceEncoder> CreateSequenceEncoder(const SequenceEncoderContext& context) {
   std::string name;
   Member(*context.config, context.where, &name);

@@ -54,6 +54,7 @@ using SequenceEncoderFactory = std::function<std::shared_ptr<SequenceEncoder>(co
 Registry<SequenceEncoderFactory>& SequenceEncoderRegistry();
 // The input group named by the encoder config (its oneof member's `input`).
 std::string SequenceEncoderInput(const protos::SeqEncoderConfig& config, const std::string& where);
+void SetSequenceEncoderInput(protos::SeqEncoderConfig* config, const std::string& input);
 std::shared_ptr<SequenceEncoder> CreateSequenceEncoder(const SequenceEncoderContext& context);
 
 // A DIN encoder (also what multi_tower_din's din_towers build).

@@ -16,6 +16,10 @@ namespace {
 // with fewer, a long history matches the target by chance in most rows and the indicator says
 // little (gender or age-level attributes).
 constexpr int64_t kMinPoolValues = 50;
+// Distinct keys of the relevance attribute, and the share of history steps drawn with the
+// target's key (the others draw any key, the target's included).
+constexpr int64_t kKeyValues = 20;
+constexpr double kRelevantShare = 0.25;
 
 // Feature names of each sequence group of the model, in config order.
 std::vector<std::vector<std::string>> SequenceGroups(const protos::ModelConfig& model) {
@@ -324,9 +328,15 @@ SequenceSignal::SequenceSignal(const protos::ModelConfig& model,
     sequence.max_steps = MaxSequenceSteps(info, options.max_sequence_steps);
     if (signal) {
       sequence.pairs = with_pairs->second;
-      // Planted in about half of all rows: the rows drawn with no steps cannot have it.
-      const double steps = static_cast<double>(sequence.max_steps);
-      sequence.plant_probability = steps > 0 ? std::min(1.0, 0.5 * (steps + 1) / steps) : 0.0;
+      // The key (what makes a step relevant) is the last paired attribute, a category-like
+      // one in TorchEasyRec's configs (adgroup_id, cate_id, brand: brand; item, cate: cate),
+      // drawn from few values so the attention can learn which keys are equal.
+      sequence.key_pair = sequence.pairs.back();
+      sequence.key_values = std::min<int64_t>(
+          kKeyValues, static_cast<int64_t>(pools_[pairs_[sequence.key_pair].pool].values.size()));
+      const double relevant_share =
+          kRelevantShare + (1.0 - kRelevantShare) / static_cast<double>(sequence.key_values);
+      sequence.norm = std::sqrt(std::max(1.0, relevant_share * static_cast<double>(sequence.max_steps) / 2.0));
       ++signal_sequences_;
     }
     step_index_[sequence.name] = sequences_.size();
@@ -347,6 +357,15 @@ std::vector<std::pair<std::string, std::string>> SequenceSignal::PairNames() con
   return names;
 }
 
+double SequenceSignal::ItemValue(int pool, size_t v) const {
+  // Box-Muller on two hashed uniforms: a fixed N(0, 1) value per (pool, value).
+  const uint64_t a = SplitMix64(HashString(pools_[pool].slot) ^ (static_cast<uint64_t>(v) * 2 + 1));
+  const uint64_t b = SplitMix64(a ^ 0x9e3779b97f4a7c15ULL);
+  const double u1 = (static_cast<double>(a >> 11) + 0.5) / 9007199254740992.0;
+  const double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
 SequenceRow SequenceSignal::Draw(std::mt19937_64& rng) const {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   SequenceRow row;
@@ -355,38 +374,67 @@ SequenceRow SequenceSignal::Draw(std::mt19937_64& rng) const {
     steps[s] = static_cast<int>(rng() % static_cast<uint64_t>(sequences_[s].max_steps + 1));
     row.steps[sequences_[s].name] = steps[s];
   }
+  // The target's value of every pool; a key pool's target is one of its first key values.
   std::vector<size_t> target(pools_.size());
+  std::vector<int64_t> key_count(pools_.size(), 0);
+  for (const Sequence& sequence : sequences_) {
+    if (sequence.key_pair >= 0) key_count[pairs_[sequence.key_pair].pool] = sequence.key_values;
+  }
   for (size_t p = 0; p < pools_.size(); ++p) {
-    target[p] = rng() % pools_[p].values.size();
+    const uint64_t range = key_count[p] > 0 ? key_count[p] : pools_[p].values.size();
+    target[p] = rng() % range;
     row.targets[pools_[p].slot] = pools_[p].values[target[p]];
   }
   for (size_t s = 0; s < sequences_.size(); ++s) {
     const Sequence& sequence = sequences_[s];
     if (sequence.pairs.empty()) continue;
     const int n = steps[s];
-    // One step, anywhere, repeats the target item. A single one: each more would raise its
-    // share of a pooled history, which is what pooling can see.
-    int planted = -1;
-    if (n > 0 && uniform(rng) < sequence.plant_probability) {
-      planted = static_cast<int>(rng() % static_cast<uint64_t>(n));
+    // A step is relevant to the target when its key equals the target's; the label depends on
+    // the mean hidden value of the relevant steps' other attributes. Attention that picks out
+    // the relevant steps reads that mean from its output; pooling mixes in the other steps.
+    const Pair& key = pairs_[sequence.key_pair];
+    const size_t target_key = target[key.pool];
+    std::vector<char> relevant(n, 0);
+    {
+      std::vector<std::string>& tokens = row.histories[key.history_slot];
+      tokens.resize(n);
+      for (int t = 0; t < n; ++t) {
+        const size_t v = uniform(rng) < kRelevantShare
+                             ? target_key
+                             : rng() % static_cast<uint64_t>(sequence.key_values);
+        relevant[t] = v == target_key;
+        tokens[t] = pools_[key.pool].values[v];
+      }
     }
-    // A step repeats the target when all paired attributes equal the target's (random steps
-    // may too, by chance).
-    std::vector<char> same(n, 1);
+    int items = 0;
+    std::vector<double> value(n, 0.0);
     for (int p : sequence.pairs) {
+      if (p == sequence.key_pair) continue;
       const Pair& pair = pairs_[p];
       const Pool& pool = pools_[pair.pool];
       std::vector<std::string>& tokens = row.histories[pair.history_slot];
       tokens.resize(n);
       for (int t = 0; t < n; ++t) {
-        const size_t v = t == planted ? target[pair.pool] : rng() % pool.values.size();
-        same[t] = same[t] && v == target[pair.pool];
+        const size_t v = rng() % pool.values.size();
         tokens[t] = pool.values[v];
+        value[t] += ItemValue(pair.pool, v);
       }
+      ++items;
     }
-    const bool matched = std::find(same.begin(), same.end(), 1) != same.end();
-    row.matches += matched;
-    row.term += matched ? scale_ : -scale_;
+    if (items == 0) {
+      // A single paired attribute is key and item at once: the keys' own values.
+      for (int t = 0; t < n; ++t) value[t] = ItemValue(key.pool, relevant[t] ? target_key : 0);
+      items = 1;
+    }
+    double sum = 0.0;
+    int count = 0;
+    for (int t = 0; t < n; ++t) {
+      if (!relevant[t]) continue;
+      sum += value[t] / std::sqrt(static_cast<double>(items));
+      ++count;
+    }
+    row.matches += count > 0;
+    if (count > 0) row.term += scale_ * sequence.norm * sum / count;
   }
   return row;
 }

@@ -47,7 +47,7 @@ struct SequenceRow {
   std::map<std::string, int> steps;            // by sequence name: steps of this row
   std::map<std::string, std::string> targets;  // query slot -> the target's value
   std::map<std::string, std::vector<std::string>> histories;  // history slot -> one per step
-  int matches = 0;     // signal sequences whose history repeats the target
+  int matches = 0;     // signal sequences with a step relevant to the target
   double term = 0.0;   // added to the shared hidden logit
 };
 
@@ -89,8 +89,12 @@ class SequenceSignal {
     std::string name;
     int64_t max_steps = 0;
     std::vector<int> pairs;  // empty: only the steps are drawn here
-    double plant_probability = 0.0;
+    int key_pair = -1;       // index into pairs_: the attribute that makes a step relevant
+    int64_t key_values = 0;  // the first key_values of its pool are the keys drawn
+    double norm = 1.0;       // scales the mean value of the relevant steps to ~unit variance
   };
+  // Hidden value of value `v` of pool `pool` (standard normal, from a hash).
+  double ItemValue(int pool, size_t v) const;
 
   std::vector<Pool> pools_;
   std::vector<Pair> pairs_;
