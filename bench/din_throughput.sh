@@ -69,7 +69,7 @@ mean() { awk '{s+=$1; n++} END {if (n) printf "%.4f", s/n; else print "nan"}'; }
 # Ours: steady-state it/s from the log lines after warm-up, times the batch size. LOG_LEVEL=DEBUG
 # adds the trainer's "data" (waiting for the next batch) / "step" ms per log window.
 OURS_STEPS=$((WARMUP + STEPS + 1))
-ours_train() {  # ours_train LOG: the throughput run, in the background when asked to
+ours_train() {  # ours_train LOG: one short training run (no evaluation) logging to LOG
   rm -rf $OUT/din
   LOG_LEVEL=DEBUG $TZREC train_eval --pipeline_config_path=$CONFIG \
     --edit_config_json="{\"eval_input_path\": \"\", \"train_config.num_epochs\": 0,
@@ -149,7 +149,7 @@ if [ "$PROFILE" = 1 ]; then
       echo "din: perf profile of our timed steps (share of sampled CPU time, by component):"
       awk '{
         pct = $1 + 0; dso = $2; sym = ""; for (i = 4; i <= NF; i++) sym = sym " " $i
-        if (dso ~ /JIT/) c = "MLP GEMMs (oneDNN JIT sgemm)"
+        if (dso ~ /JIT/) c = "MLP GEMMs (oneDNN JIT sgemm: attention MLP, towers, final)"
         else if (dso ~ /openblas/) c = "other matmuls (OpenBLAS: bmm, Linear(1), ...)"
         else if (dso ~ /libgomp/) c = "OpenMP runtime (barriers, spinning)"
         else if (dso ~ /kernel/) c = "kernel (page faults, scheduling, I/O)"

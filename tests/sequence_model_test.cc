@@ -246,6 +246,43 @@ TEST(SequenceEncoders, PoolingSimpleAttentionAndMultiWindow) {
   EXPECT_TRUE(torch::allclose(out[1], torch::cat({torch::zeros({6}), in.query[1]})));
 }
 
+// Self-attention: Q/K/V Linear, then multi-head attention with its in- and out-projections
+// (padded keys masked), mean over the valid steps; recomputed head by head from the parameters.
+TEST(SequenceEncoders, SelfAttentionMatchesHandComputation) {
+  torch::manual_seed(6);
+  protos::SeqEncoderConfig config;
+  auto* self = config.mutable_self_attention_encoder();
+  self->set_input("g");
+  self->set_multihead_attn_dim(4);
+  self->set_num_heads(2);
+  SequenceEncoderContext context{&config, 3, 3, "enc"};
+  auto encoder = CreateSequenceEncoder(context);
+  ASSERT_EQ(encoder->output_dim(), 4);
+  SequenceInputs in{torch::randn({3, 3}), torch::randn({3, 4, 3}), torch::tensor({3, 0, 4}, torch::kLong)};
+  at::Tensor out = encoder->Encode(in);
+  auto p = encoder->named_parameters();
+  at::Tensor in_w = p["multihead_attn.in_proj_weight"], in_b = p["multihead_attn.in_proj_bias"];
+  at::Tensor out_w = p["multihead_attn.out_proj.weight"], out_b = p["multihead_attn.out_proj.bias"];
+  for (int b : {0, 2}) {
+    const int64_t n = in.lengths[b].item<int64_t>();
+    at::Tensor s = in.sequence[b];  // [T, 3]
+    at::Tensor q = torch::matmul(torch::matmul(s, p["q.weight"].t()) + p["q.bias"], in_w.narrow(0, 0, 4).t()) + in_b.narrow(0, 0, 4);
+    at::Tensor k = torch::matmul(torch::matmul(s, p["k.weight"].t()) + p["k.bias"], in_w.narrow(0, 4, 4).t()) + in_b.narrow(0, 4, 4);
+    at::Tensor v = torch::matmul(torch::matmul(s, p["v.weight"].t()) + p["v.bias"], in_w.narrow(0, 8, 4).t()) + in_b.narrow(0, 8, 4);
+    std::vector<at::Tensor> heads;
+    for (int h = 0; h < 2; ++h) {
+      at::Tensor qh = q.narrow(1, 2 * h, 2), kh = k.narrow(1, 2 * h, 2).narrow(0, 0, n), vh = v.narrow(1, 2 * h, 2).narrow(0, 0, n);
+      at::Tensor w = torch::softmax(torch::matmul(qh, kh.t()) / std::sqrt(2.0), 1);
+      heads.push_back(torch::matmul(w, vh));
+    }
+    at::Tensor o = torch::matmul(torch::cat(heads, 1), out_w.t()) + out_b;  // [T, 4]
+    EXPECT_TRUE(torch::allclose(out[b], o.narrow(0, 0, n).mean(0), 1e-5, 1e-6)) << b;
+  }
+  EXPECT_TRUE(torch::equal(out[1], torch::zeros({4})));
+  self->set_num_heads(3);
+  EXPECT_THROW(CreateSequenceEncoder(context), std::exception);
+}
+
 // The models train end to end on a small batch (loss falls), and a DEEP group's nested
 // sequence group feeds its encoder's output into the tower.
 TEST(SequenceModels, MultiTowerDinAndNestedEncodersTrain) {

@@ -5,6 +5,8 @@
 //                            padded steps at -2^31 + 1, softmax over steps, weighted sum -> [B, Ds]
 //   simple_attention         softmax(s . q) over the valid steps, weighted sum -> [B, Ds]
 //   pooling_encoder          sum, or mean over the true length (at least 1) -> [B, Ds]
+//   self_attention_encoder   Q/K/V Linear, multi-head self-attention (padded keys masked), mean
+//                            over the valid steps -> [B, multihead_attn_dim]
 //   multi_window_din_encoder PReLU(Linear(MLP([s, q * s, q]))) weights per step, summed per
 //                            window of windows_len steps and divided by the window's valid
 //                            steps, then the query -> [B, (windows + 1) * Ds]

@@ -357,6 +357,26 @@ std::vector<std::pair<std::string, std::string>> SequenceSignal::PairNames() con
   return names;
 }
 
+SequenceSignal::HistoryPool SequenceSignal::PoolOf(const std::string& history_feature) const {
+  HistoryPool out;
+  for (size_t p = 0; p < pairs_.size(); ++p) {
+    if (pairs_[p].history_feature != history_feature) continue;
+    const Pool& pool = pools_[pairs_[p].pool];
+    out.values = pool.values;
+    for (size_t v = 0; v < pool.values.size(); ++v) {
+      out.hidden.push_back(ItemValue(pairs_[p].pool, v));
+    }
+    for (const Sequence& sequence : sequences_) {
+      if (sequence.key_pair != static_cast<int>(p)) continue;
+      out.key = true;
+      out.key_values = sequence.key_values;
+      out.relevant_share = kRelevantShare + (1.0 - kRelevantShare) /
+                                                static_cast<double>(sequence.key_values);
+    }
+  }
+  return out;
+}
+
 double SequenceSignal::ItemValue(int pool, size_t v) const {
   // Box-Muller on two hashed uniforms: a fixed N(0, 1) value per (pool, value).
   const uint64_t a = SplitMix64(HashString(pools_[pool].slot) ^ (static_cast<uint64_t>(v) * 2 + 1));

@@ -73,6 +73,20 @@ class SequenceSignal {
   std::vector<std::pair<std::string, std::string>> PairNames() const;
   int signal_sequences() const { return signal_sequences_; }
 
+  // What Draw() plants through the history feature of a pair (for tests, which read the
+  // written rows back): its pool's values as written (ids for FG_NONE, raw tokens otherwise)
+  // with the hidden value of each, and, for its sequence's key attribute, how many of the
+  // values are keys and the expected share of history steps relevant to the target.
+  struct HistoryPool {
+    std::vector<std::string> values;
+    std::vector<double> hidden;  // ItemValue of each value
+    bool key = false;            // the sequence's key attribute (values[0, key_values) are keys)
+    int64_t key_values = 0;
+    double relevant_share = 0.0;  // key: kRelevantShare + (1 - kRelevantShare) / key_values
+  };
+  // Empty `values` when `history_feature` carries no signal.
+  HistoryPool PoolOf(const std::string& history_feature) const;
+
   SequenceRow Draw(std::mt19937_64& rng) const;
 
  private:
