@@ -201,6 +201,46 @@ TEST(SequenceEncoders, DinMatchesHandComputation) {
   EXPECT_TRUE(torch::allclose(short_din->Encode(in), din->Encode(cut)));
 }
 
+// The split first layer (query part once per row) equals the plain attention MLP on the
+// concatenation: outputs and gradients of inputs and parameters, for several MLP settings.
+TEST(SequenceEncoders, DinSplitFirstLayerMatchesThePlainConcatenation) {
+  for (const char* activation : {"nn.ReLU", "Dice", "", "nn.Sigmoid"}) {
+    for (bool use_bn : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << activation << " bn " << use_bn);
+      protos::MLP mlp;
+      mlp.add_hidden_units(6);
+      mlp.add_hidden_units(3);
+      mlp.set_activation(activation);
+      mlp.set_use_bn(use_bn);
+      torch::manual_seed(8);
+      auto din = MakeDinEncoder("g", 3, 5, mlp, 0, "test");
+      at::Tensor query = torch::randn({4, 3}), sequence = torch::randn({4, 6, 5});
+      at::Tensor lengths = torch::tensor({6, 0, 2, 1}, torch::kLong);
+      std::vector<at::Tensor> outs, grads;
+      std::vector<std::vector<at::Tensor>> param_grads;
+      for (const char* fast : {"1", "0"}) {
+        setenv("TZREC_FAST_DIN", fast, 1);
+        for (auto& p : din->parameters()) p.mutable_grad() = at::Tensor();
+        at::Tensor q = query.clone().requires_grad_(true), s = sequence.clone().requires_grad_(true);
+        at::Tensor out = din->Encode({q, s, lengths});
+        torch::manual_seed(1);
+        (out * torch::randn_like(out)).sum().backward();
+        outs.push_back(out.detach());
+        grads.push_back(torch::cat({q.grad().flatten(), s.grad().flatten()}));
+        std::vector<at::Tensor> pg;
+        for (auto& p : din->parameters()) pg.push_back(p.grad().clone());
+        param_grads.push_back(pg);
+      }
+      unsetenv("TZREC_FAST_DIN");
+      EXPECT_TRUE(torch::allclose(outs[0], outs[1], 1e-5, 1e-6)) << (outs[0] - outs[1]).abs().max();
+      EXPECT_TRUE(torch::allclose(grads[0], grads[1], 1e-4, 1e-5)) << (grads[0] - grads[1]).abs().max();
+      for (size_t i = 0; i < param_grads[0].size(); ++i) {
+        EXPECT_TRUE(torch::allclose(param_grads[0][i], param_grads[1][i], 1e-4, 1e-5)) << i;
+      }
+    }
+  }
+}
+
 TEST(SequenceEncoders, PoolingSimpleAttentionAndMultiWindow) {
   torch::manual_seed(4);
   SequenceInputs in{torch::randn({2, 3}), torch::randn({2, 4, 3}), torch::tensor({3, 0}, torch::kLong)};

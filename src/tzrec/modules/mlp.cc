@@ -1,5 +1,6 @@
 #include "tzrec/modules/mlp.h"
 
+#include <ATen/ops/relu.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/zeros.h>
 #include <torch/nn/modules/activation.h>
@@ -161,6 +162,16 @@ at::Tensor PerceptronImpl::forward(const at::Tensor& input) {
   return dropout_ ? dropout_->forward(y) : y;
 }
 
+at::Tensor PerceptronImpl::AfterLinear(const at::Tensor& y) {
+  if (fused_) {
+    at::Tensor out = fused_relu_ ? at::relu(y) : y;
+    return dropout_ ? dropout_->forward(out) : out;
+  }
+  at::Tensor out = y;
+  for (size_t i = 1; i < perceptron_->size(); ++i) out = perceptron_[i].forward(out);
+  return out;
+}
+
 MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::string& where) {
   const int layers = config.hidden_units_size();
   if (layers == 0) Fail(where, ".hidden_units is empty");
@@ -190,6 +201,16 @@ MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::stri
   }
   output_dim_ = in;
   register_module("mlp", mlp_);
+}
+
+const torch::nn::Linear& MLPImpl::first_linear() const {
+  return mlp_[0]->as<PerceptronImpl>()->linear();
+}
+
+at::Tensor MLPImpl::ForwardFromFirstLinear(const at::Tensor& linear_output) {
+  at::Tensor net = mlp_[0]->as<PerceptronImpl>()->AfterLinear(linear_output);
+  for (size_t i = 1; i < mlp_->size(); ++i) net = mlp_[i]->as<PerceptronImpl>()->forward(net);
+  return net;
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& input) {

@@ -55,6 +55,9 @@ class PerceptronImpl : public torch::nn::Module {
                  bool use_bn, bool bias, double dropout_ratio, bool use_ln,
                  const std::string& where);
   at::Tensor forward(const at::Tensor& input);
+  const torch::nn::Linear& linear() const { return linear_; }
+  // Everything after the Linear (norm, activation, dropout), given the Linear's output.
+  at::Tensor AfterLinear(const at::Tensor& linear_output);
 
  private:
   torch::nn::Sequential perceptron_;
@@ -72,6 +75,10 @@ class MLPImpl : public torch::nn::Module {
   MLPImpl(int64_t in_features, const protos::MLP& config, const std::string& where);
   at::Tensor forward(const at::Tensor& input);
   int64_t output_dim() const { return output_dim_; }
+  // The first layer's Linear, and the whole MLP given that Linear's output: for callers that
+  // compute the first product in pieces (DIN's attention MLP over [q, s, q - s, q * s]).
+  const torch::nn::Linear& first_linear() const;
+  at::Tensor ForwardFromFirstLinear(const at::Tensor& linear_output);
 
  private:
   torch::nn::ModuleList mlp_;

@@ -134,7 +134,7 @@ struct DenseTerm {
 struct RowInputs {
   std::vector<std::vector<std::pair<int64_t, double>>> ids;
   std::vector<std::vector<DenseTerm>> dense;
-  double sequence_term = 0.0;  // the target/history match term (gen_data_sequence.h)
+  double sequence_term = 0.0;  // the target/history term (gen_data_sequence.h)
 };
 
 class Generator {
@@ -224,7 +224,8 @@ class Generator {
   const std::vector<Task>& tasks() const { return tasks_; }
   bool has_towers() const { return has_towers_; }
   const SequenceSignal& sequence_signal() const { return sequence_; }
-  // Share of (row, signal sequence) of the last Write() whose history repeats the target.
+  // Share of (row, signal sequence) of the last Write() whose history has a step relevant to
+  // the target (same key attribute).
   double sequence_match_rate() const {
     const double drawn = static_cast<double>(sequence_rows_) * sequence_.signal_sequences();
     return drawn > 0 ? static_cast<double>(sequence_matches_) / drawn : 0.0;
@@ -582,7 +583,7 @@ class Generator {
                   std::map<std::string, std::string>* cells, std::vector<TaskDraws>* draws) const {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     // The sequence term joins the shared logit, so every task sees it. The oracle without it
-    // (same draws) tells what a model blind to the target/history match could reach.
+    // (same draws) tells what a model blind to the history's relevant steps could reach.
     const bool with_sequence = sequence_.has_signal();
     const double blind = HiddenLogit(inputs, 0);
     const double shared = with_sequence ? blind + inputs.sequence_term : blind;
@@ -788,7 +789,7 @@ class Generator {
   }
 
   // Raw cells of one row; grouped sequences share a step count per row. `sequence_term`: the
-  // row's target/history match term.
+  // row's target/history term.
   std::map<std::string, std::string> RawRow(std::mt19937_64& rng, double* sequence_term) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::map<std::string, std::string> cells;
@@ -1228,8 +1229,9 @@ int GenDataMain(const std::vector<std::string>& args) {
                 "variance of the hidden model's pairwise feature interactions (first-order ids "
                 "have 1.0)", false, "1.0"},
                {"sequence_signal_variance",
-                "variance of the hidden model's target/history term: +-sqrt(v) by whether a "
-                "history step repeats the target item, for models with sequence groups (0: none)",
+                "variance of the hidden model's target/history term, for models with sequence "
+                "groups (0: none): the mean hidden value of the history steps whose key attribute "
+                "(e.g. cate_id) equals the target's",
                 false, "1.0"},
                {"max_sequence_steps",
                 "most steps a sequence gets per row (uniform from 0; capped by sequence_length)",
@@ -1280,7 +1282,8 @@ int GenDataMain(const std::vector<std::string>& args) {
            << result.oracle_auc;
   if (!result.sequence_pairs.empty()) {
     LOG_INFO << "gen_data: sequence signal on " << result.sequence_pairs.size()
-             << " pairs; share of histories that repeat the target " << result.sequence_match_rate;
+             << " pairs; share of histories with a step relevant to the target "
+             << result.sequence_match_rate;
   }
   std::printf("oracle_auc=%.6f\n", result.oracle_auc);
   for (const auto& label : result.labels) {

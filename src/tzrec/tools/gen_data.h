@@ -30,17 +30,20 @@
 // Target attention signal (gen_data_sequence.h): each sequence group of the model
 // (group_type SEQUENCE / JAGGED_SEQUENCE, or a group's sequence_groups) pairs its sparse query
 // features with the sequence sub-features of the same attribute (`<seq>__<name>` with
-// `<name>`, else by position). Paired attributes draw uniformly from a pool of
-// sequence_pool_size values (fewer when the buckets are fewer; a pair with fewer than
-// min(50, sequence_pool_size) carries no signal), and in about half the rows one history step
-// repeats the target item (every paired attribute equal to the target's): as raw values for
-// FG_NORMAL / FG_DAG, so the match survives feature generation. The shared hidden logit gets
-// +sqrt(v / G) per sequence whose history repeats the target and -sqrt(v / G) per one whose
-// history does not (v = sequence_signal_variance, 0: no signal; G signal sequences). Pooling
-// the history barely sees one matching step among many; attention over [q, s, q - s, q * s]
-// finds it. FG_NONE sequences a group reads are written step by step (one id per sparse step;
-// Parquet: a LIST of steps). Configs without sequence groups are written exactly as before
-// the signal existed.
+// `<name>`, else by position). Paired attributes draw from a pool of sequence_pool_size values
+// (fewer when the buckets are fewer; a pair with fewer than min(50, sequence_pool_size) carries
+// no signal): as raw values for FG_NORMAL / FG_DAG, so equal values stay equal ids after
+// feature generation. A sequence's last paired attribute is its key (e.g. brand): the
+// target's key is one of 20 values, and each history step has the target's key with
+// probability 0.25, else a uniform one of the 20, so about 29% of the steps are relevant to
+// the target (same key). The other paired attributes of a step (its items) are uniform, each
+// value with a fixed hidden value ~ N(0, 1). Per sequence with a relevant step, the shared
+// hidden logit gets sqrt(v / G) * norm * the mean over the relevant steps of their items'
+// hidden values (v = sequence_signal_variance, 0: no signal; G signal sequences; norm brings
+// the mean to about unit variance). Target attention that picks the steps with the target's
+// key reads that mean; pooling the history mixes in the irrelevant steps. FG_NONE sequences a
+// group reads are written step by step (one id per sparse step; Parquet: a LIST of steps).
+// Configs without sequence groups are written exactly as before the signal existed.
 //
 // The oracle (the hidden model's own probabilities on the eval rows) is reported per label,
 // so tests can ask a trained model to come close to it. <output_dir>/oracle.json (one line):
@@ -50,9 +53,9 @@
 //    "positive_rate": r, "train_pattern": ...}
 // With a sequence signal each classification label also has "oracle_auc_without_sequence"
 // (the hidden model with the sequence term left out: about the best a model blind to the
-// target/history match can do), and "sequence_signal": {"match_rate": share of (train row,
-// signal sequence) whose history repeats the target, "pairs": [[query, sequence feature]...],
-// "variance": v} comes before the top-level fields.
+// history's relevant steps can do), and "sequence_signal": {"match_rate": share of (train row,
+// signal sequence) whose history has a step relevant to the target (same key), "pairs":
+// [[query, sequence feature]...], "variance": v} comes before the top-level fields.
 // The top-level oracle_auc / positive_rate are the first label's (the first classification
 // label's when the first is a regression one); they come after the nested ones so that
 // `sed 's/.*"oracle_auc": ...'` scripts read them. AUCs are exact on the eval rows (for
@@ -85,7 +88,7 @@ struct GenDataOptions {
   // minute raise the first and drop the second.
   double first_order_variance = 1.0;
   double interaction_variance = 1.0;
-  // Variance of the target/history match term of the hidden logit (0: no sequence signal).
+  // Variance of the target/history term of the hidden logit (0: no sequence signal).
   double sequence_signal_variance = 1.0;
   // Most steps a sequence gets per row (also capped by the config's sequence_length).
   int max_sequence_steps = 8;
@@ -116,7 +119,8 @@ struct GenDataResult {
   double positive_rate = 0.0;  // of the same label, over train rows
   std::vector<GenDataLabel> labels;  // in data_config.label_fields order
   // The target/history signal: (query feature, sequence feature) pairs that carry it (empty:
-  // none) and the share of (train row, signal sequence) whose history repeats the target.
+  // none) and the share of (train row, signal sequence) whose history has a step relevant to
+  // the target (its key attribute equal to the target's).
   std::vector<std::pair<std::string, std::string>> sequence_pairs;
   double sequence_match_rate = 0.0;
 };

@@ -6,17 +6,28 @@
 // matched by name (`<sequence_name>__<name>` with `<name>`), else by position among the group's
 // query and sequence features, as the model concatenates them. Sparse pairs carry the signal:
 // both sides draw from one pool of a few hundred values, so each value is seen often enough for
-// the separate query and history embedding tables to align, and in about half the rows one
-// history step repeats the target item (all paired attributes of the step equal the target's).
-// The hidden logit gets +s per sequence whose history repeats the target and -s per one whose
-// history does not: an exact-match indicator, which one matching step among many barely moves
-// in a pooled history but attention over [q, s, q - s, q * s] picks out. (With ideal shared
-// 16-d embeddings and up to 50 steps, q . mean(s) tells matched rows apart with AUC ~0.74,
-// max_t q . s_t with ~0.95.)
+// the separate query and history embedding tables to align.
+//
+// The last paired attribute of a signal sequence is its KEY (cate_id after adgroup_id: a
+// category-like attribute). The target's key is one of the first key_values values of its pool
+// (kKeyValues, 20, or the pool size when smaller); each history step's key is the target's
+// with probability kRelevantShare (0.25), else uniform over the key values (the target's
+// included), so kRelevantShare + (1 - kRelevantShare) / key_values of the steps (0.2875) are
+// RELEVANT to the target (same key). The other paired attributes of a step (its items) are
+// uniform over their pools, and each value of a pool has a fixed hidden value ~ N(0, 1) (from
+// a hash). Per signal sequence with at least one relevant step, the hidden logit gets
+//   sqrt(v / G) * norm * mean over the relevant steps of (sum of the step's item values /
+//   sqrt(#items)),
+// v = sequence_signal_variance, G signal sequences, norm ~ sqrt(expected relevant steps) to
+// bring the mean to about unit variance. With one paired attribute it is key and item at once
+// (the relevant steps' value is then the target key's own). Attention that picks the steps
+// whose key equals the target's reads that mean from its output (softmax-normalised target
+// attention as DIN's can); pooling mixes in the irrelevant steps, which carry no signal.
+// `SequenceRow::matches` and gen_data's match_rate count the sequences with a relevant step.
 //
 // Values are drawn as the text gen_data writes: ids for FG_NONE data, raw tokens for
-// FG_NORMAL / FG_DAG (checked with every reader's bucketizer to map to distinct ids, so the
-// match survives feature generation).
+// FG_NORMAL / FG_DAG (checked with every reader's bucketizer to map to distinct ids, so equal
+// keys stay equal and different values different after feature generation).
 //
 // Immutable after construction; Draw() only uses the generator it is given, so one plan may
 // be shared by threads that each have their own generator.
@@ -87,6 +98,7 @@ class SequenceSignal {
   // Empty `values` when `history_feature` carries no signal.
   HistoryPool PoolOf(const std::string& history_feature) const;
 
+  // One row: step counts, the target's values, the history steps and the row's logit term.
   SequenceRow Draw(std::mt19937_64& rng) const;
 
  private:
@@ -115,7 +127,7 @@ class SequenceSignal {
   std::vector<Sequence> sequences_;
   std::map<std::string, size_t> step_index_;
   int signal_sequences_ = 0;
-  double scale_ = 0.0;  // +-scale_ per signal sequence
+  double scale_ = 0.0;  // sqrt(v / G): the scale of each signal sequence's term
 };
 
 }  // namespace tzrec::gen_data_internal
