@@ -110,7 +110,7 @@ echo "din: ours ${o} samples/s, reference ${r} samples/s (medians of $RUNS), med
 
 # Where the step time goes. Ours: the trainer's data/step split over the timed windows of all
 # runs (a window's ms are per step; the first window after start-up is skipped).
-cat $OUT/ours_din_run*.log | awk -v w=$WARMUP '
+for run in $(seq 1 $RUNS); do cat $OUT/ours_din_run$run.log; done | awk -v w=$WARMUP '
   /Training Epoch [0-9]*: [0-9]*it/ { match($0, /: [0-9]+it/); it = substr($0, RSTART + 2, RLENGTH - 4) + 0 }
   /step time breakdown/ && it > w {
     for (i = 1; i <= NF; i++) { if ($i == "data") { d += $(i + 1) + 0 } if ($i == "step") { s += $(i + 1) + 0 } }
@@ -127,6 +127,7 @@ if [ "$PROFILE" = 1 ]; then
     echo "din: perf profile skipped (perf is not installed: apt-get install linux-perf)"
   else
     log=$OUT/ours_din_profile.log
+    rm -f $log  # a previous invocation's log would end the waits below at once
     ours_train $log &
     train_pid=$!
     # Sample from the end of the warm-up window until the last step's log line.

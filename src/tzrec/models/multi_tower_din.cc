@@ -2,10 +2,10 @@
 // encoder per `din_towers[].input` SEQUENCE group (its MLP is `attn_mlp`); outputs are
 // concatenated, towers first, then the `final` MLP and Linear(num_class).
 #include <ATen/ops/cat.h>
-#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/models/group_towers.h"
 #include "tzrec/models/model.h"
 #include "tzrec/modules/mlp.h"
 #include "tzrec/modules/sequence_encoder.h"
@@ -23,25 +23,10 @@ class MultiTowerDin : public Model {
     if (config.towers_size() + config.din_towers_size() == 0) {
       Fail("model_config.multi_tower_din: neither towers nor din_towers are set");
     }
-    int64_t total = 0;
-    for (int t = 0; t < config.towers_size(); ++t) {
-      const auto& tower = config.towers(t);
-      const std::string where = StrCat("model_config.multi_tower_din.towers[", t, "]");
-      if (!embedding_group().HasGroup(tower.input())) {
-        Fail(where, ".input: no DEEP feature group '", tower.input(), "'");
-      }
-      inputs_.push_back(tower.input());
-      const int64_t in = InputDim(tower.input());
-      if (tower.has_mlp()) {
-        MLP mlp(in, tower.mlp(), where + ".mlp");
-        total += mlp->output_dim();
-        towers_->push_back(mlp);
-      } else {
-        total += in;
-        towers_->push_back(torch::nn::Identity());
-      }
-      has_mlp_.push_back(tower.has_mlp());
-    }
+    towers_ = register_module("towers", GroupTowers(config.towers(), [this](const std::string& group) {
+      return embedding_group().HasGroup(group) ? InputDim(group) : int64_t{-1};
+    }, "model_config.multi_tower_din.towers"));
+    int64_t total = towers_->output_dim();
     for (int t = 0; t < config.din_towers_size(); ++t) {
       const auto& tower = config.din_towers(t);
       const std::string where = StrCat("model_config.multi_tower_din.din_towers[", t, "]");
@@ -54,7 +39,6 @@ class MultiTowerDin : public Model {
       total += encoder->output_dim();
       dins_.push_back(register_module(StrCat("din_tower_", t), encoder));
     }
-    register_module("towers", towers_);
     final_ = register_module("final_mlp", MLP(total, config.final(), "model_config.multi_tower_din.final"));
     output_ = register_module("output_mlp", torch::nn::Linear(final_->output_dim(),
                                                                   static_cast<int64_t>(heads()[0]->num_class())));
@@ -62,11 +46,7 @@ class MultiTowerDin : public Model {
 
   Predictions Predict(const Batch& batch) override {
     auto grouped = BuildInput(batch);
-    std::vector<at::Tensor> parts;
-    for (size_t t = 0; t < inputs_.size(); ++t) {
-      const at::Tensor& in = grouped.at(inputs_[t]);
-      parts.push_back(has_mlp_[t] ? towers_[t]->as<MLPImpl>()->forward(in) : in);
-    }
+    std::vector<at::Tensor> parts = towers_->forward(grouped);
     for (const auto& din : dins_) {
       const std::string& g = din->input();
       parts.push_back(din->Encode({grouped.at(g + ".query"), grouped.at(g + ".sequence"),
@@ -77,9 +57,7 @@ class MultiTowerDin : public Model {
   }
 
  private:
-  std::vector<std::string> inputs_;
-  std::vector<bool> has_mlp_;
-  torch::nn::ModuleList towers_;
+  GroupTowers towers_{nullptr};
   std::vector<std::shared_ptr<SequenceEncoder>> dins_;
   MLP final_{nullptr};
   torch::nn::Linear output_{nullptr};

@@ -168,7 +168,7 @@ at::Tensor PerceptronImpl::AfterLinear(const at::Tensor& y) {
     return dropout_ ? dropout_->forward(out) : out;
   }
   at::Tensor out = y;
-  for (size_t i = 1; i < perceptron_->size(); ++i) out = perceptron_[i].forward(out);
+  for (auto it = perceptron_->begin() + 1; it != perceptron_->end(); ++it) out = it->forward(out);
   return out;
 }
 
@@ -203,7 +203,7 @@ MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::stri
   register_module("mlp", mlp_);
 }
 
-const torch::nn::Linear& MLPImpl::first_linear() const {
+const torch::nn::Linear& MLPImpl::first_linear() {
   return mlp_[0]->as<PerceptronImpl>()->linear();
 }
 

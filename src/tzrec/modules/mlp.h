@@ -77,7 +77,7 @@ class MLPImpl : public torch::nn::Module {
   int64_t output_dim() const { return output_dim_; }
   // The first layer's Linear, and the whole MLP given that Linear's output: for callers that
   // compute the first product in pieces (DIN's attention MLP over [q, s, q - s, q * s]).
-  const torch::nn::Linear& first_linear() const;
+  const torch::nn::Linear& first_linear();
   at::Tensor ForwardFromFirstLinear(const at::Tensor& linear_output);
 
  private:
