@@ -136,7 +136,7 @@ TEST(SequenceDin, BeatsPoolingAndReachesItsOracleOnPlantedData) {
   const double pooling_auc = train(dir.File("pooling.config"), dir.File("pooling"));
   std::printf("oracle %.4f (without the sequence term %.4f), din %.4f, pooling %.4f\n", oracle_auc,
               without_sequence, din_auc, pooling_auc);
-  // Measured: 0.94 of the lift (issue 13 asks 0.97; see the note there).
+  // Measured: DIN 0.8476 (0.925 of the lift; issue 13 asks 0.97), pooling 0.8245, oracle 0.8756.
   EXPECT_GE(din_auc, 0.90 * (oracle_auc - 0.5) + 0.5);
   EXPECT_LE(din_auc, oracle_auc + 0.01);
   EXPECT_GT(din_auc, pooling_auc + 0.01);
