@@ -51,8 +51,8 @@ fi
 echo "[bench] tzrec binary: $TZREC; threads: $THREADS; batch: $BATCH"
 TCMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
 
-# Data (regenerated when the row counts or the config change).
-stamp="$TRAIN_ROWS $EVAL_ROWS $(md5sum < $CONFIG | cut -c1-32)"
+# Data (regenerated when the row counts, the config or the binary (its gen_data) change).
+stamp="$TRAIN_ROWS $EVAL_ROWS $(cat $CONFIG $TZREC | md5sum | cut -c1-32)"
 if [ ! -f $DATA/oracle.json ] || [ "$(cat $DATA/stamp 2>/dev/null)" != "$stamp" ]; then
   rm -rf $DATA
   $TZREC gen_data --pipeline_config_path=$CONFIG --output_dir=$DATA --train_rows=$TRAIN_ROWS \
