@@ -67,7 +67,7 @@ TEST(SequenceConfigs, TorchEasyRecSequenceConfigsTrainFromGenData) {
   }
 }
 
-constexpr char kDinEdits[] = R"({"data_config.batch_size": 512, "train_config.num_epochs": 4,
+constexpr char kDinEdits[] = R"({"data_config.batch_size": 512, "train_config.num_epochs": 2,
     "feature_configs[id_feature.feature_name=id_1].id_feature.num_buckets": 10,
     "feature_configs[id_feature.feature_name=id_4].id_feature.num_buckets": 10,
     "feature_configs[id_feature.feature_name=id_5].id_feature.num_buckets": 10,
@@ -108,9 +108,9 @@ TEST(SequenceDin, BeatsPoolingAndReachesItsOracleOnPlantedData) {
   EditConfigJson(&din_config, kDinEdits);
   GenDataOptions gen;
   gen.output_dir = dir.File("data");
-  gen.train_rows = 150000;
+  gen.train_rows = 450000;
   gen.eval_rows = 30000;
-  gen.first_order_variance = 4.0;
+  gen.first_order_variance = 2.0;
   gen.interaction_variance = 0.0;
   gen.sequence_signal_variance = 4.0;
   gen.max_sequence_steps = 5;
@@ -136,10 +136,11 @@ TEST(SequenceDin, BeatsPoolingAndReachesItsOracleOnPlantedData) {
   const double pooling_auc = train(dir.File("pooling.config"), dir.File("pooling"));
   std::printf("oracle %.4f (without the sequence term %.4f), din %.4f, pooling %.4f\n", oracle_auc,
               without_sequence, din_auc, pooling_auc);
-  // Measured: DIN 0.8476 (0.925 of the lift; issue 13 asks 0.97), pooling 0.8245, oracle 0.8756.
-  EXPECT_GE(din_auc, 0.90 * (oracle_auc - 0.5) + 0.5);
+  // Measured (seeds 2024 / 7 / 11): DIN reaches 0.978 / 0.979 / 0.985 of the oracle's lift;
+  // seed 2024: oracle 0.8765, DIN 0.8682, pooling 0.8084.
+  EXPECT_GE(din_auc, 0.97 * (oracle_auc - 0.5) + 0.5);
   EXPECT_LE(din_auc, oracle_auc + 0.01);
-  EXPECT_GT(din_auc, pooling_auc + 0.01);
+  EXPECT_GT(din_auc, pooling_auc + 0.03);
 }
 
 }  // namespace

@@ -137,6 +137,24 @@ std::vector<std::string> PoolValues(const fg::FeatureInfo& query,
   return values;
 }
 
+// Expected relevant steps of a history of n steps: each step is relevant with probability
+// `share`, and a history with none gets one (see Draw).
+double ExpectedRelevant(double share, int64_t n) {
+  return n == 0 ? 0.0 : static_cast<double>(n) * share + std::pow(1.0 - share, n);
+}
+
+// Over histories of 0..max_steps steps (uniform): expected relevant steps of a non-empty one,
+// and the share of all steps that are relevant.
+double MeanRelevantWhenAny(double share, int64_t max_steps) {
+  double sum = 0.0;
+  for (int64_t n = 1; n <= max_steps; ++n) sum += ExpectedRelevant(share, n);
+  return max_steps > 0 ? sum / static_cast<double>(max_steps) : 0.0;
+}
+double RelevantStepShare(double share, int64_t max_steps) {
+  return max_steps > 0 ? 2.0 * MeanRelevantWhenAny(share, max_steps) / static_cast<double>(max_steps + 1)
+                       : 0.0;
+}
+
 }  // namespace
 
 int64_t MaxSequenceSteps(const fg::FeatureInfo& info, int max_sequence_steps) {
@@ -334,9 +352,9 @@ SequenceSignal::SequenceSignal(const protos::ModelConfig& model,
       sequence.key_pair = sequence.pairs.back();
       sequence.key_values = std::min<int64_t>(
           kKeyValues, static_cast<int64_t>(pools_[pairs_[sequence.key_pair].pool].values.size()));
-      const double relevant_share =
+      const double per_step =
           kRelevantShare + (1.0 - kRelevantShare) / static_cast<double>(sequence.key_values);
-      sequence.norm = std::sqrt(std::max(1.0, relevant_share * static_cast<double>(sequence.max_steps) / 2.0));
+      sequence.norm = std::sqrt(MeanRelevantWhenAny(per_step, sequence.max_steps));
       ++signal_sequences_;
     }
     step_index_[sequence.name] = sequences_.size();
@@ -370,8 +388,9 @@ SequenceSignal::HistoryPool SequenceSignal::PoolOf(const std::string& history_fe
       if (sequence.key_pair != static_cast<int>(p)) continue;
       out.key = true;
       out.key_values = sequence.key_values;
-      out.relevant_share = kRelevantShare + (1.0 - kRelevantShare) /
-                                                static_cast<double>(sequence.key_values);
+      out.relevant_share = RelevantStepShare(
+          kRelevantShare + (1.0 - kRelevantShare) / static_cast<double>(sequence.key_values),
+          sequence.max_steps);
     }
   }
   return out;
@@ -424,6 +443,14 @@ SequenceRow SequenceSignal::Draw(std::mt19937_64& rng) const {
                              : rng() % static_cast<uint64_t>(sequence.key_values);
         relevant[t] = v == target_key;
         tokens[t] = pools_[key.pool].values[v];
+      }
+      // A history with no relevant step gets one: softmax attention cannot tell "no step is
+      // relevant" from "these steps are" (it normalises over what it sees), so without this
+      // a quarter to a half of the rows would carry a term no target attention can read.
+      if (n > 0 && std::find(relevant.begin(), relevant.end(), 1) == relevant.end()) {
+        const int t = static_cast<int>(rng() % static_cast<uint64_t>(n));
+        relevant[t] = 1;
+        tokens[t] = pools_[key.pool].values[target_key];
       }
     }
     int items = 0;

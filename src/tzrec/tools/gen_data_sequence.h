@@ -13,17 +13,19 @@
 // (kKeyValues, 20, or the pool size when smaller); each history step's key is the target's
 // with probability kRelevantShare (0.25), else uniform over the key values (the target's
 // included), so kRelevantShare + (1 - kRelevantShare) / key_values of the steps (0.2875) are
-// RELEVANT to the target (same key). The other paired attributes of a step (its items) are
-// uniform over their pools, and each value of a pool has a fixed hidden value ~ N(0, 1) (from
-// a hash). Per signal sequence with at least one relevant step, the hidden logit gets
+// RELEVANT to the target (same key); a non-empty history without a relevant step gets one at a
+// random step, since softmax attention (DIN's) normalises over the steps it sees and cannot
+// tell "none of these is relevant" from "all of these are". The other paired attributes of a
+// step (its items) are uniform over their pools, and each value of a pool has a fixed hidden
+// value ~ N(0, 1) (from a hash). Per non-empty signal sequence, the hidden logit gets
 //   sqrt(v / G) * norm * mean over the relevant steps of (sum of the step's item values /
 //   sqrt(#items)),
-// v = sequence_signal_variance, G signal sequences, norm ~ sqrt(expected relevant steps) to
-// bring the mean to about unit variance. With one paired attribute it is key and item at once
-// (the relevant steps' value is then the target key's own). Attention that picks the steps
-// whose key equals the target's reads that mean from its output (softmax-normalised target
-// attention as DIN's can); pooling mixes in the irrelevant steps, which carry no signal.
-// `SequenceRow::matches` and gen_data's match_rate count the sequences with a relevant step.
+// v = sequence_signal_variance, G signal sequences, norm = sqrt(expected relevant steps of a
+// non-empty history) to bring the mean to about unit variance. With one paired attribute it is
+// key and item at once (the relevant steps' value is then the target key's own). Attention
+// that picks the steps whose key equals the target's reads that mean from its output; pooling
+// mixes in the irrelevant steps, which carry no signal. `SequenceRow::matches` and gen_data's
+// match_rate count the sequences with a relevant step (the non-empty ones).
 //
 // Values are drawn as the text gen_data writes: ids for FG_NONE data, raw tokens for
 // FG_NORMAL / FG_DAG (checked with every reader's bucketizer to map to distinct ids, so equal
@@ -93,7 +95,9 @@ class SequenceSignal {
     std::vector<double> hidden;  // ItemValue of each value
     bool key = false;            // the sequence's key attribute (values[0, key_values) are keys)
     int64_t key_values = 0;
-    double relevant_share = 0.0;  // key: kRelevantShare + (1 - kRelevantShare) / key_values
+    // key: expected share of history steps relevant to the target, over histories of 0 to
+    // max steps with the one-relevant-step rule (0.2993 for 20 keys and up to 20 steps).
+    double relevant_share = 0.0;
   };
   // Empty `values` when `history_feature` carries no signal.
   HistoryPool PoolOf(const std::string& history_feature) const;
