@@ -201,9 +201,11 @@ TEST(SequenceEncoders, DinMatchesHandComputation) {
   EXPECT_TRUE(torch::allclose(short_din->Encode(in), din->Encode(cut)));
 }
 
-// The split first layer (query part once per row) equals the plain attention MLP on the
-// concatenation: outputs and gradients of inputs and parameters, for several MLP settings.
-TEST(SequenceEncoders, DinSplitFirstLayerMatchesThePlainConcatenation) {
+// The fast paths equal the plain attention MLP on the concatenation of every step: the split
+// first layer (query part once per row) on the valid steps only (MLPs without batch
+// statistics) or on every step (BatchNorm, Dice). Outputs and gradients of inputs (padded
+// steps included) and parameters, for several MLP settings; an empty row and a full one.
+TEST(SequenceEncoders, DinFastPathsMatchThePlainConcatenation) {
   for (const char* activation : {"nn.ReLU", "Dice", "", "nn.Sigmoid"}) {
     for (bool use_bn : {false, true}) {
       SCOPED_TRACE(::testing::Message() << activation << " bn " << use_bn);

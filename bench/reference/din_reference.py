@@ -67,8 +67,9 @@ Usage
 Prints `reference_samples_per_sec=<float>`, `reference_ms_per_step=<float>` and
 a per-phase breakdown for the timed steps (W untimed warm-up steps, then S
 timed, cycling through the training batches in file order); with --epochs E, a
-fresh model trains E epochs and prints `reference_eval_auc=<float>` (binned as
-torchmetrics' BinaryAUROC(thresholds=200), as tzrec-cpp) and
+fresh model (seeded by --seed, or the weights of a tzrec-cpp checkpoint with
+--init_checkpoint) trains E epochs and prints `reference_eval_auc=<float>`
+(binned as torchmetrics' BinaryAUROC(thresholds=200), as tzrec-cpp) and
 `reference_eval_auc_exact=<float>`.
 """
 
@@ -420,6 +421,48 @@ class MultiTowerDIN(nn.Module):
         return self.output(self.final(x)).squeeze(1)
 
 
+def load_tzrec_checkpoint(model, path):
+    """Copies the weights of a tzrec-cpp checkpoint directory (model.ckpt-N) into `model`:
+    dense parameters from model.pt (a dict of tensors named by tzrec-cpp's module paths),
+    tables from embedding/<feature>_emb.pt (deep group) and embedding/<feature>_emb.seq.pt
+    (the sequence group's own tables), each a dict with "weight" [rows, dim]. Both sides then
+    start from the same weights, so their one-epoch AUCs differ only by the implementations."""
+    dense = torch.load(os.path.join(path, "model.pt"))
+    names = ([(n, rows, "") for n, rows in DEEP] + [(n, rows, ".seq") for n, rows in QUERY + SEQUENCE])
+    with torch.no_grad():
+        for i, (name, rows, suffix) in enumerate(names):
+            file = os.path.join(path, "embedding", "%s_emb%s.pt" % (name, suffix))
+            weight = torch.load(file)["weight"]
+            if tuple(weight.shape) != (rows, EMBEDDING_DIM):
+                sys.exit("%s: shape %s, expected (%d, %d)" % (file, tuple(weight.shape), rows, EMBEDDING_DIM))
+            if model.layout == "fused":
+                model.table.weight[BASES[i]:BASES[i] + rows] = weight
+            elif i < ND:
+                model.deep_tables[i].weight.copy_(weight)
+            elif i < ND + NQ:
+                model.query_tables[i - ND].weight.copy_(weight)
+            else:
+                model.sequence_tables[i - ND - NQ].weight[:rows] = weight
+        pairs = []
+        for j, layer in enumerate(l for l in model.tower if isinstance(l, nn.Linear)):
+            pairs.append((layer, "towers.0.mlp.%d.perceptron.0" % j))
+        for j, layer in enumerate(l for l in model.din.mlp if isinstance(l, nn.Linear)):
+            pairs.append((layer, "din_tower_0.mlp.mlp.%d.perceptron.0" % j))
+        pairs.append((model.din.linear, "din_tower_0.linear"))
+        for j, layer in enumerate(l for l in model.final if isinstance(l, nn.Linear)):
+            pairs.append((layer, "final_mlp.mlp.%d.perceptron.0" % j))
+        pairs.append((model.output, "output_mlp"))
+        for layer, prefix in pairs:
+            for attr in ("weight", "bias"):
+                src = dense.get(prefix + "." + attr)
+                dst = getattr(layer, attr)
+                if src is None or tuple(src.shape) != tuple(dst.shape):
+                    sys.exit("%s/model.pt: %s.%s missing or of another shape" % (path, prefix, attr))
+                dst.copy_(src)
+        if len(dense) != 2 * len(pairs):
+            sys.exit("%s/model.pt: %d tensors, expected %d" % (path, len(dense), 2 * len(pairs)))
+
+
 # ---------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------
@@ -427,6 +470,8 @@ class Trainer:
     def __init__(self, args, seed):
         torch.manual_seed(seed)
         self.model = MultiTowerDIN(args.layout, args.grad == "sparse")
+        if getattr(args, "init_checkpoint", ""):
+            load_tzrec_checkpoint(self.model, args.init_checkpoint)
         sparse_params, dense_params = [], []
         for module in self.model.modules():
             if isinstance(module, (nn.EmbeddingBag, nn.Embedding)):
@@ -478,6 +523,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=0,
                     help="if > 0: train this many epochs from a fresh model, then eval AUC")
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--init_checkpoint", default="",
+                    help="start --epochs training from this tzrec-cpp checkpoint's weights "
+                         "(fresh optimizer state) instead of a --seed initialisation")
     ap.add_argument("--layout", choices=["fused", "per_table"], default="fused")
     ap.add_argument("--grad", choices=["sparse", "dense"], default="sparse")
     ap.add_argument("--foreach", type=int, default=1, help="Adam's multi-tensor path (1/0)")

@@ -81,6 +81,10 @@ at::Tensor DiceImpl::forward(const at::Tensor& input) {
   return p * input + alpha_ * (1 - p) * input;
 }
 
+bool MlpRowsAreIndependent(const protos::MLP& config) {
+  return !config.use_bn() && Trim(config.activation()) != "Dice";
+}
+
 torch::nn::AnyModule CreateActivation(const std::string& activation, int64_t hidden_size,
                                       const std::string& where) {
   if (Trim(activation) == "Dice") return torch::nn::AnyModule(Dice(hidden_size));

@@ -86,6 +86,10 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
+// Whether each output row of the MLP depends on its own input row only, in training too: no
+// BatchNorm and no Dice (batch statistics). Dropout keeps rows independent.
+bool MlpRowsAreIndependent(const protos::MLP& config);
+
 // Builds an activation module from a TorchEasyRec activation string ("nn.ReLU",
 // "torch.nn.LeakyReLU(negative_slope=0.1)", "Dice", ...) for a layer of `hidden_size`
 // channels. Unknown ones fail naming `where`.

@@ -70,8 +70,7 @@ at::Tensor StepMask(const at::Tensor& lengths, int64_t steps) {
 }
 
 at::Tensor MaskedSoftmax(const at::Tensor& scores, const at::Tensor& mask) {
-  // -(2^31) + 1, as TorchEasyRec pads: exp of it underflows to 0 next to any real score.
-  at::Tensor padded = at::where(mask, scores, at::full_like(scores, -2147483647.0));
+  at::Tensor padded = at::where(mask, scores, at::full_like(scores, kPaddingScore));
   return at::softmax(padded, -1);
 }
 

@@ -69,6 +69,9 @@ std::shared_ptr<SequenceEncoder> MakeDinEncoder(const std::string& input, int64_
 SequenceInputs TruncateSteps(const SequenceInputs& inputs, int64_t max_seq_length);
 // bool [B, T]: step t < length of its row.
 at::Tensor StepMask(const at::Tensor& lengths, int64_t steps);
+// TorchEasyRec's score of a padded step, -(2^31) + 1: exp of it underflows to 0 next to any
+// real score.
+constexpr double kPaddingScore = -2147483647.0;
 // Softmax over the last dim with masked-out entries at -2^31 + 1 (TorchEasyRec's padding
 // score: a row without steps attends uniformly to its zero padding).
 at::Tensor MaskedSoftmax(const at::Tensor& scores, const at::Tensor& mask);

@@ -30,4 +30,16 @@ std::string Describe(const NonFiniteCount& count) {
   return StrCat(count.nan, " NaN, ", count.inf, " inf");
 }
 
+void RequireFiniteGradients(const std::vector<at::Tensor>& params,
+                            const std::function<std::string(const at::Tensor&)>& name_of,
+                            int64_t step) {
+  for (const at::Tensor& param : params) {
+    const at::Tensor& grad = param.grad();
+    if (!grad.defined() || AllFinite(grad)) continue;
+    Fail("step ", step, ": the gradient of ", name_of(param), " has non-finite values (",
+         Describe(CountNonFinite(grad)), ") although the loss is finite; training stopped before ",
+         "the dense weights were updated, and no checkpoint was written for this step.");
+  }
+}
+
 }  // namespace tzrec

@@ -4,7 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace tzrec {
 
@@ -19,5 +21,12 @@ bool AllFinite(const at::Tensor& tensor);
 NonFiniteCount CountNonFinite(const at::Tensor& tensor);
 // "3 NaN, 1 inf" for messages.
 std::string Describe(const NonFiniteCount& count);
+
+// The trainer's dense-gradient guard, run after backward (and the gradient allreduce) and
+// before the dense optimizer step: fails naming `step` and the first parameter whose gradient
+// holds NaN or inf (its name from `name_of`, asked only then). Undefined gradients pass.
+void RequireFiniteGradients(const std::vector<at::Tensor>& params,
+                            const std::function<std::string(const at::Tensor&)>& name_of,
+                            int64_t step);
 
 }  // namespace tzrec

@@ -184,18 +184,13 @@ void Trainer::CheckFiniteLoss(const at::Tensor& total, const NamedLosses& losses
 }
 
 void Trainer::CheckFiniteGradients(int64_t step) const {
-  for (const at::Tensor& param : dense_params_) {
-    const at::Tensor& grad = param.grad();
-    if (AllFinite(grad)) continue;
+  RequireFiniteGradients(dense_params_, [&](const at::Tensor& param) {
     // Names only on the failure path: named_parameters() builds a dict of strings.
-    std::string name = "a dense parameter";
     for (const auto& item : pipeline_->model->named_parameters()) {
-      if (item.value().is_same(param)) name = item.key();
+      if (item.value().is_same(param)) return item.key();
     }
-    Fail("step ", step, ": the gradient of ", name, " has non-finite values (",
-         Describe(CountNonFinite(grad)), ") although the loss is finite; training stopped before ",
-         "the dense weights were updated, and no checkpoint was written for this step.");
-  }
+    return std::string("a dense parameter");
+  }, step);
 }
 
 Trainer::LossValues Trainer::GlobalLosses(const StepResult& local) const {
