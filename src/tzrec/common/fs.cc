@@ -119,13 +119,18 @@ void WriteFileAtomic(const std::string& path, const std::string& content) {
 }
 
 void WriteFileAtomic(const std::string& path, const char* data, size_t size) {
+  WriteFileAtomic(path, std::vector<std::pair<const char*, size_t>>{{data, size}});
+}
+
+void WriteFileAtomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& pieces) {
   fs::path target(path);
   if (target.has_parent_path()) MakeDirs(target.parent_path().string());
   std::string tmp = TempSiblingPath(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) Fail("cannot write file '", tmp, "': ", std::strerror(errno));
   int write_errno = 0;
-  bool ok = WriteAll(fd, data, size, &write_errno);
+  bool ok = true;
+  for (const auto& [data, size] : pieces) ok = ok && WriteAll(fd, data, size, &write_errno);
   // Data on disk before the name: after a power loss the file is either the old one or complete.
   ok = ok && ::fsync(fd) == 0;
   ok = (::close(fd) == 0) && ok;

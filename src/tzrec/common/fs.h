@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tzrec {
@@ -23,6 +24,8 @@ std::string ReadFileToString(const std::string& path);
 // directory).
 void WriteFileAtomic(const std::string& path, const std::string& content);
 void WriteFileAtomic(const std::string& path, const char* data, size_t size);
+// The same for content in pieces, written in order (large files without one joined copy).
+void WriteFileAtomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& pieces);
 // Appends one line (a '\n' is added), creating the file if needed. Refuses to follow a
 // symbolic link at `path`.
 void AppendLine(const std::string& path, const std::string& line);
