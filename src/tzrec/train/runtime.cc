@@ -15,6 +15,8 @@
 
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/kernels/blas_core.h"
+#include "tzrec/kernels/cpu_kernels.h"
 
 namespace tzrec {
 namespace {
@@ -60,6 +62,20 @@ void InitRuntime() {
   }
   at::set_num_threads(static_cast<int>(threads));
   CheckBlas();
+  static std::once_flag logged;
+  std::call_once(logged, [threads] {
+    const std::string running = RunningOpenBlasCore();
+    const std::string best = BestBlasCoreFor(DetectCpuBlasFeatures());
+    if (!running.empty() && !best.empty() && BlasCoreLevel(running) >= 0 &&
+        BlasCoreLevel(running) < BlasCoreLevel(best)) {
+      LOG_WARNING << "OpenBLAS runs its '" << running << "' kernels although this CPU can run "
+                  << "its faster '" << best << "' ones (GEMMs about 2x faster per level; "
+                  << "its generic kernels are 3-5x slower); unset OPENBLAS_CORETYPE or set it to "
+                  << best;
+    }
+    LOG_INFO << "runtime: " << BlasCoreSummary() << "; tzrec kernels "
+             << ActiveCpuKernels().isa << "; " << threads << " intra-op threads";
+  });
 }
 
 uint64_t DataSeed() {
