@@ -8,6 +8,8 @@
 #include "tzrec/common/flags.h"
 #include "tzrec/tools/create_fg_json.h"
 #include "tzrec/dist/dist_check.h"
+#include "tzrec/serving/exported_model.h"
+#include "tzrec/serving/predict.h"
 #include "tzrec/tools/launch.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/trainer.h"
@@ -69,6 +71,8 @@ const std::map<std::string, Command>& Commands() {
       {"train_eval", {TrainEvalMain, "train a model, evaluating after each checkpoint"}},
       {"eval", {EvalMain, "evaluate a checkpoint"}},
       {"gen_data", {GenDataMain, "write mock data with a planted signal for a config"}},
+      {"export", {ExportMain, "export a checkpoint for predict and serving (weights, tables, fg.json)"}},
+      {"predict", {PredictMain, "score CSV/Parquet rows with an export or a checkpoint"}},
       {"create_fg_json", {CreateFgJsonMain, "write fg.json (and its asset files) for a config"}},
       {"launch", {LaunchMain, "run a command as the local ranks of a distributed job (torchrun)"}},
       {"dist_check", {DistCheckMain, "check the process group's collectives across ranks"}},

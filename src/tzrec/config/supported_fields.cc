@@ -36,6 +36,9 @@ const std::vector<std::string>& PipelineFields() {
       "train_config.keep_checkpoint_max",
       "train_config.use_tensorboard",  // only `false` is accepted (checked by the trainer)
       "train_config.global_embedding_constraints.*",  // checked by the sharding planner
+      "export_config.exporter_type",  // tzrec export (best: by best_exporter_metric)
+      "export_config.best_exporter_metric",
+      "export_config.metric_larger_is_better",
       "eval_config.num_steps",
       "eval_config.log_step_count_steps",
       // data_config: dataset_type / fg_mode values are checked by the dataset; fields only one

@@ -187,7 +187,7 @@ std::optional<CheckpointRef> LatestCheckpoint(const std::string& path) {
 }
 
 std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const TrainingState& state,
-                           int keep_checkpoint_max, bool write) {
+                           int keep_checkpoint_max, bool write, int64_t keep_step) {
   std::string final_path = JoinPath(model_dir, kPrefix + std::to_string(step));
   EmbeddingCollection& collection = state.model->embedding_collection();
   const bool gathers = collection.has_sharded_tables();
@@ -244,6 +244,7 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
   if (keep_checkpoint_max > 0) {
     auto all = ListCheckpoints(model_dir);
     for (size_t i = 0; i + keep_checkpoint_max < all.size(); ++i) {
+      if (all[i].step == keep_step) continue;
       // Out of sight first: a crash during the removal leaves a hidden temp directory (removed
       // at the next start), never a half-deleted model.ckpt-N that looks like a checkpoint.
       const std::string doomed = TempSiblingPath(all[i].path);
@@ -327,6 +328,41 @@ void ValidateDenseOptimizerState(torch::optim::Optimizer& optimizer, const std::
 }
 
 }  // namespace
+
+std::optional<int64_t> BestEvaluatedStep(const std::string& results_file, const std::string& metric,
+                                         bool larger_is_better, const std::vector<int64_t>& steps) {
+  std::map<int64_t, double> value_at_step;
+  if (PathExists(results_file)) {
+    std::ifstream in(results_file);
+    std::string line;
+    int64_t line_number = 0;
+    while (std::getline(in, line)) {
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto row = nlohmann::json::parse(line, nullptr, false);
+      if (row.is_discarded() || !row.is_object() || !row.contains("global_step") ||
+          !row["global_step"].is_number_integer()) {
+        Fail(results_file, ":", line_number, ": not a JSON object with an integer global_step");
+      }
+      if (!row.contains(metric) || !row[metric].is_number()) {
+        Fail(results_file, ":", line_number, ": has no metric '", metric,
+             "' (export_config.best_exporter_metric; multi-task metrics are '<metric>_<tower>')");
+      }
+      value_at_step[row["global_step"].get<int64_t>()] = row[metric].get<double>();
+    }
+  }
+  std::optional<int64_t> best;
+  double best_value = 0.0;
+  for (int64_t step : steps) {
+    auto it = value_at_step.find(step);
+    if (it == value_at_step.end()) continue;
+    if (!best || (larger_is_better ? it->second > best_value : it->second < best_value)) {
+      best = step;
+      best_value = it->second;
+    }
+  }
+  return best;
+}
 
 std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& checkpoint_path) {
   return LoadTensors(CheckpointReader(checkpoint_path));

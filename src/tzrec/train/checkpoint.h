@@ -49,11 +49,19 @@ struct TrainingState {
   const std::string* sharding_plan_json = nullptr;
 };
 
-// Saves and prunes to the newest `keep_checkpoint_max` (0 keeps all). Collective when the model
+// The step with the best `metric` among `steps` in an evaluation results file (JSON lines
+// {"global_step": S, <metric>: v, ...}, e.g. train_eval_result_v2.txt), or nullopt when none
+// of them was evaluated. Fails naming the file and line on a malformed line or one without
+// `metric`.
+std::optional<int64_t> BestEvaluatedStep(const std::string& results_file, const std::string& metric,
+                                         bool larger_is_better, const std::vector<int64_t>& steps);
+
+// Saves and prunes to the newest `keep_checkpoint_max` (0 keeps all) plus `keep_step` (the best
+// one, when export_config.exporter_type is "best"; -1 for none). Collective when the model
 // has model-parallel tables (they are gathered table by table): every rank calls it, and only
 // the one with `write` (rank 0) writes. Returns the path.
 std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const TrainingState& state,
-                           int keep_checkpoint_max, bool write = true);
+                           int keep_checkpoint_max, bool write = true, int64_t keep_step = -1);
 
 struct RestoreOptions {
   bool restore_optimizer = true;

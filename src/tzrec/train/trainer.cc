@@ -384,7 +384,18 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     }
     state.dataloader_state = &merged;
     state.sharding_plan_json = &pipeline->plan_json;
-    SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()), chief);
+    // export_config.exporter_type "best": pruning keeps the best evaluated checkpoint too.
+    int64_t keep_step = -1;
+    const auto& export_config = config.export_config();
+    if (chief && export_config.exporter_type() == "best" && train.keep_checkpoint_max() > 0) {
+      std::vector<int64_t> steps;
+      for (const auto& ckpt : ListCheckpoints(model_dir)) steps.push_back(ckpt.step);
+      keep_step = BestEvaluatedStep(result_file, export_config.best_exporter_metric(),
+                                    export_config.metric_larger_is_better(), steps)
+                      .value_or(-1);
+    }
+    SaveCheckpoint(model_dir, step, state, static_cast<int>(train.keep_checkpoint_max()), chief,
+                   keep_step);
     if (dist->distributed()) dist->pg->Barrier();  // the checkpoint is complete before any rank goes on
     last_saved = step;
     if (eval_data) trainer.Evaluate(*eval_data, step, epoch, result_file);
