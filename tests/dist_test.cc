@@ -493,3 +493,54 @@ TEST(Distributed, PlannerShardsTablesThatDoNotFitInMemory) {
 
 }  // namespace
 }  // namespace tzrec
+
+#include "train_test_util.h"
+#include "tzrec/serving/exported_model.h"
+
+namespace tzrec {
+namespace {
+
+// Two ranks of `tzrec launch ... predict` each score their share of the rows: together
+// exactly the rows (and the probabilities) of one process, in part-0 and part-1, nothing else.
+TEST(Distributed, PredictUnderLaunchWritesOnePartPerRank) {
+  testing::TempDir dir;
+  std::string config = testing::WriteSmallConfig(dir);
+  TrainAndEvaluate(testing::SmallOptions(dir, config, dir.File("model")));
+  ExportOptions export_options;
+  export_options.pipeline_config_path = dir.File("model/pipeline.config");
+  export_options.export_dir = dir.File("export");
+  export_options.quant_from_environment = false;
+  ExportModel(export_options);
+  const std::string predict = " predict --scripted_model_path=" + dir.File("export") +
+                              " --predict_input_path='" + dir.File("data/train/*.csv") +
+                              "' --reserved_columns=label,x";
+  ShellRun one = RunShell("OMP_NUM_THREADS=1 " + std::string(TZREC_BINARY) + predict +
+                          " --predict_output_path=" + dir.File("one"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ShellRun two = RunShell("OMP_NUM_THREADS=1 " + std::string(TZREC_BINARY) +
+                          " launch --nproc_per_node 2 --master_port " + std::to_string(FreePort()) +
+                          " --" + predict + " --predict_output_path=" + dir.File("two"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_EQ(ListDirectory(dir.File("two")), (std::vector<std::string>{"part-0.csv", "part-1.csv"}));
+  auto rows = [](const std::string& path) {
+    std::vector<std::string> lines = Split(ReadFileToString(path), "\n");
+    EXPECT_EQ(lines.front(), "logits,probs,label,x");
+    std::vector<std::string> body(lines.begin() + 1, lines.end());
+    body.erase(std::remove(body.begin(), body.end(), ""), body.end());
+    return body;
+  };
+  std::vector<std::string> single = rows(dir.File("one/part-0.csv"));
+  std::vector<std::string> part0 = rows(dir.File("two/part-0.csv"));
+  std::vector<std::string> part1 = rows(dir.File("two/part-1.csv"));
+  EXPECT_EQ(single.size(), 1000u);
+  EXPECT_FALSE(part0.empty());
+  EXPECT_FALSE(part1.empty());
+  std::vector<std::string> joined = part0;
+  joined.insert(joined.end(), part1.begin(), part1.end());
+  std::sort(single.begin(), single.end());
+  std::sort(joined.begin(), joined.end());
+  EXPECT_EQ(joined, single);
+}
+
+}  // namespace
+}  // namespace tzrec
