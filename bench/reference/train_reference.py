@@ -388,6 +388,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=0,
                     help="if > 0: train this many epochs from a fresh model, then eval AUC")
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--predict_passes", type=int, default=0,
+                    help="if > 0: time this many forward passes over the --train rows "
+                         "(pre-loaded batches, no I/O) and print reference_predict_rows_per_sec")
     args = ap.parse_args()
     if args.epochs > 0 and not args.eval:
         ap.error("--epochs needs --eval")
@@ -424,6 +427,18 @@ def main():
                 name, 1000.0 * s / args.steps, 100.0 * s / elapsed))
         print("reference_ms_per_step=%.3f" % (1000.0 * elapsed / args.steps))
         print("reference_samples_per_sec=%.1f" % (samples / elapsed))
+        del trainer
+
+    if args.predict_passes > 0:
+        trainer = Trainer(args.model, args.seed)
+        trainer.predict(train_batches[:2])  # warm-up
+        rows = 0
+        start = time.perf_counter()
+        for _ in range(args.predict_passes):
+            trainer.predict(train_batches)
+            rows += sum(b.size for b in train_batches)
+        elapsed = time.perf_counter() - start
+        print("reference_predict_rows_per_sec=%.1f" % (rows / elapsed))
         del trainer
 
     if args.epochs > 0:

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -368,6 +369,7 @@ int64_t Predict(const PredictOptions& options) {
   if (options.predict_threads > 0) at::set_num_threads(options.predict_threads);
   int64_t rows_written = 0;
   std::exception_ptr failure;
+  const auto start = std::chrono::steady_clock::now();
   try {
     PartWriter writer(staged_path, parquet, outputs, widths, reserved);
     c10::NoGradGuard no_grad;
@@ -407,7 +409,11 @@ int64_t Predict(const PredictOptions& options) {
   }
   RemoveAll(staging);
   SyncDirectory(options.predict_output_path);
-  LOG_INFO << "Predict: wrote " << rows_written << " rows to " << final_path;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  LOG_INFO << "Predict: wrote " << rows_written << " rows to " << final_path << " in "
+           << seconds << " s (" << static_cast<int64_t>(rows_written / std::max(seconds, 1e-9))
+           << " rows/s)";
   return rows_written;
 }
 
