@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "test_util.h"
 #include "train_test_util.h"
@@ -18,7 +19,9 @@
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/data/safetensors.h"
+#include "tzrec/embedding/fused_lookup.h"
 #include "tzrec/embedding/table_quantization.h"
+#include "tzrec/kernels/cpu_kernels.h"
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/predict.h"
 #include "tzrec/tools/create_fg_json.h"
@@ -79,6 +82,59 @@ TEST(TableQuantization, SettingsAreTorchEasyRecs) {
   EXPECT_TZREC_ERROR(ParseTableQuantization("INT4", TableDtype::kINT8, "QUANT_EMB"),
                    "QUANT_EMB=INT4: not supported yet");
   EXPECT_TZREC_ERROR(ParseTableQuantization("int3", TableDtype::kINT8, "QUANT_EMB"), "unknown");
+}
+
+// INT8 storages look up exactly what an fp32 storage holding the dequantised rows looks up
+// (up to float rounding), in every instruction set and in the reference twin; weighted, mean
+// and empty bags, dims with and without a fixed-size kernel.
+TEST(TableQuantization, Int8LookupsMatchFp32LookupsOfTheDequantisedRows) {
+  at::manual_seed(5);
+  for (int dim : {16, 12}) {
+    SCOPED_TRACE(dim);
+    EmbeddingStorage fp32(dim, nullptr), int8(dim, nullptr, /*int8_rows=*/true);
+    EmbeddingTable* a1 = fp32.AddTable("a", 300, false);
+    EmbeddingTable* a2 = fp32.AddTable("b", 40, false);
+    EmbeddingTable* q1 = int8.AddTable("a", 300, false);
+    EmbeddingTable* q2 = int8.AddTable("b", 40, false);
+    fp32.Allocate(false);
+    int8.Allocate(false);
+    EXPECT_EQ(int8.row_bytes(), dim + 4);
+    for (auto [f, q, rows] : {std::tuple{a1, q1, 300}, std::tuple{a2, q2, 40}}) {
+      at::Tensor w = at::randn({rows, dim});
+      at::Tensor stored = QuantizeTable(w, TableDtype::kINT8);
+      q->stored().copy_(stored);
+      f->weight().copy_(DequantizeTable(stored, TableDtype::kINT8, dim, "t"));
+    }
+    const int64_t bags = 97;
+    std::vector<LookupTensors> lookups;
+    for (int k = 0; k < 3; ++k) {
+      at::Tensor lengths = at::randint(0, 5, {bags}, at::kLong);
+      at::Tensor offsets = at::zeros({bags + 1}, at::kLong);
+      offsets.narrow(0, 1, bags).copy_(lengths.cumsum(0));
+      const int64_t n = offsets[bags].item<int64_t>();
+      LookupTensors l;
+      l.values = at::randint(0, k == 1 ? 40 : 300, {n}, at::kLong);
+      l.offsets = offsets;
+      l.mean = k == 2;
+      if (k == 0) l.weights = at::rand({n});
+      lookups.push_back(l);
+    }
+    auto run = [&](bool quantized) {
+      std::vector<LookupTensors> ls = lookups;
+      ls[0].table = quantized ? q1 : a1;
+      ls[1].table = quantized ? q2 : a2;
+      ls[2].table = quantized ? q1 : a1;
+      return StoragePooledLookup(quantized ? &int8 : &fp32, ls, bags, false);
+    };
+    const at::Tensor expected = run(false);
+    testing::ForEachCpuIsa([&] {
+      EXPECT_TRUE(at::allclose(run(true), expected, 1e-5, 1e-5)) << ActiveCpuKernels().isa;
+    });
+    setenv("TZREC_EMBEDDING_REFERENCE", "1", 1);
+    EXPECT_TRUE(at::allclose(run(true), expected, 1e-5, 1e-5));
+    unsetenv("TZREC_EMBEDDING_REFERENCE");
+    EXPECT_THROW(a1->stored().size(0) == 300 ? q1->weight() : at::Tensor(), Error);
+  }
 }
 
 // ---------------------------------------------------------------- export and predict

@@ -9,6 +9,7 @@
 #include "tzrec/common/error.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/embedding/sharded_lookup.h"
+#include "tzrec/embedding/table_quantization.h"
 
 namespace tzrec {
 
@@ -86,12 +87,16 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
       tables_.push_back(storages_.back()->AddTable(spec.name, shard.local_rows(shard.rank), spec.trainable));
       continue;
     }
-    auto it = storage_of_dim.find(spec.dim);
+    // INT8 tables (inference) share storages of their own, keyed by -dim.
+    const bool int8 = options.int8_tables.count(spec.name) > 0;
+    TZREC_CHECK(!int8 || !optimizer_, "INT8 table '", spec.name, "' with an optimizer");
+    const int key = int8 ? -spec.dim : spec.dim;
+    auto it = storage_of_dim.find(key);
     if (it == storage_of_dim.end()) {
-      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer_));
+      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer_, int8));
       storage_shards_.push_back(TableShard{});
       storage_out_dims_.push_back(spec.dim);
-      it = storage_of_dim.emplace(spec.dim, storages_.size() - 1).first;
+      it = storage_of_dim.emplace(key, storages_.size() - 1).first;
     }
     storage_of_table.push_back(it->second);
     tables_.push_back(storages_[it->second]->AddTable(spec.name, spec.rows, spec.trainable));
@@ -99,7 +104,7 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
   // Fail clearly before the allocator does ("can't allocate memory: you tried to allocate
   // 26135627264 bytes" names no table).
   int64_t bytes = 0;
-  for (auto& storage : storages_) bytes += storage->total_rows() * (storage->row_width() * 4 + 4);
+  for (auto& storage : storages_) bytes += storage->total_rows() * (storage->row_bytes() + 4);
   const int64_t memory = UsableMemoryBytes();
   if (memory > 0 && bytes > memory) {
     const EmbeddingTableSpec* largest = &specs_[0];
@@ -304,7 +309,11 @@ void EmbeddingCollection::VisitTableStates(
       fn(table->name(), GatherTable(table, *shard, with_optimizer_state));
       continue;
     }
-    std::map<std::string, at::Tensor> tensors = {{"weight", table->weight()}};
+    // INT8 inference tables read back as the fp32 values their lookups use.
+    std::map<std::string, at::Tensor> tensors = {
+        {"weight", table->storage()->int8_rows()
+                       ? DequantizeTable(table->stored(), TableDtype::kINT8, table->dim(), table->name())
+                       : table->weight()}};
     if (with_optimizer_state) {
       for (auto& kv : table->optimizer_state()) tensors[kv.first] = kv.second;
     }
@@ -319,7 +328,8 @@ int EmbeddingCollection::RestoreTables(
   for (EmbeddingTable* table : tables_) {
     const TableShard* shard = ShardOf(table);
     auto saved_table = saved.find(table->name());
-    std::vector<std::pair<std::string, at::Tensor>> targets = {{"weight", table->weight()}};
+    const bool int8 = table->storage()->int8_rows();
+    std::vector<std::pair<std::string, at::Tensor>> targets = {{"weight", table->stored()}};
     if (with_optimizer_state) {
       for (auto& kv : table->optimizer_state()) targets.push_back(kv);
     }
@@ -339,8 +349,14 @@ int EmbeddingCollection::RestoreTables(
         }
         part = LocalPart(*shard, logical, logical.size(1) == shard->dim);
       }
-      if (part.sizes() != target.sizes()) {
-        Fail(source, ": table ", what, " has shape ", logical.sizes(), " but the model needs ",
+      // An INT8 table takes its stored form, or fp32 weights it quantises.
+      if (int8 && part.scalar_type() == at::kFloat && part.dim() == 2 &&
+          part.size(1) == table->dim()) {
+        part = QuantizeTable(part, TableDtype::kINT8);
+      }
+      if (part.sizes() != target.sizes() || part.scalar_type() != target.scalar_type()) {
+        Fail(source, ": table ", what, " is ", part.scalar_type(), " ", logical.sizes(),
+             " but the model needs ", target.scalar_type(), " ",
              shard ? StrCat("[", shard->rows, ", ", shard->dim, "]") : StrCat(target.sizes()));
       }
       target.copy_(part);

@@ -25,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,7 @@ class EmbeddingCollection {
     std::map<std::string, TableShard> shards;    // model-parallel tables of this rank
     ShardComm* comm = nullptr;                   // required when `shards` has sharded tables
     SparseGradientExchange exchange;             // data-parallel gradient merge (may be empty)
+    std::set<std::string> int8_tables;           // inference: tables stored INT8 row-wise
   };
   void Materialize(MaterializeOptions options);
   bool materialized() const { return materialized_; }

@@ -1,18 +1,26 @@
 #include "tzrec/embedding/embedding_storage.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "tzrec/common/error.h"
+#include "tzrec/embedding/table_quantization.h"
 
 namespace tzrec {
 
 int EmbeddingTable::dim() const { return storage_->dim(); }
 
 at::Tensor EmbeddingTable::weight() const {
+  TZREC_CHECK(!storage_->int8_rows(), "table '", name_, "' is stored INT8: read stored()");
   return storage_->tensor().narrow(0, first_row_, rows_).narrow(1, 0, storage_->dim());
+}
+
+at::Tensor EmbeddingTable::stored() const {
+  if (!storage_->int8_rows()) return weight();
+  return storage_->tensor().narrow(0, first_row_, rows_);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state() const {
@@ -25,9 +33,10 @@ std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state(
   return state;
 }
 
-EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer)
-    : dim_(dim), optimizer_(optimizer) {
+EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer, bool int8_rows)
+    : dim_(dim), int8_rows_(int8_rows), optimizer_(optimizer) {
   TZREC_CHECK(dim > 0);
+  TZREC_CHECK(!int8_rows || !optimizer, "INT8 embedding storages are for inference only");
   row_width_ = dim + (optimizer ? optimizer->spec().StateWidth(dim) : 0);
 }
 
@@ -40,6 +49,12 @@ EmbeddingTable* EmbeddingStorage::AddTable(const std::string& name, int64_t rows
 }
 
 void EmbeddingStorage::Allocate(bool initialize) {
+  if (int8_rows_) {
+    data_ = at::zeros({total_rows_, dim_ + 4}, at::TensorOptions().dtype(at::kByte));
+    if (!initialize) return;
+    for (const auto& table : tables_) InitializeTable(table.get(), table->rows(), dim_, 0, 0);
+    return;
+  }
   data_ = at::empty({total_rows_, row_width_}, at::TensorOptions().dtype(at::kFloat));
   if (row_width_ > dim_) {
     data_.narrow(1, dim_, row_width_ - dim_).fill_(optimizer_->spec().InitialState());
@@ -51,6 +66,12 @@ void EmbeddingStorage::Allocate(bool initialize) {
 void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
                                        int64_t row_begin, int column_begin) {
   const double bound = std::sqrt(1.0 / static_cast<double>(std::max<int64_t>(1, logical_rows)));
+  if (int8_rows_) {
+    TZREC_CHECK(logical_rows == table->rows() && logical_dim == dim_, "sharded INT8 table");
+    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat).uniform_(-bound, bound);
+    table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
+    return;
+  }
   if (logical_rows == table->rows() && logical_dim == dim_) {
     table->weight().uniform_(-bound, bound);
     return;

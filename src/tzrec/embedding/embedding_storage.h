@@ -33,8 +33,10 @@ class EmbeddingTable {
   int dim() const;
   bool trainable() const { return trainable_; }
   EmbeddingStorage* storage() const { return storage_; }
-  // [rows, dim] view of the weights (writable).
+  // [rows, dim] view of the weights (writable); fp32 storages only.
   at::Tensor weight() const;
+  // The rows as stored: weight() for fp32 storages, uint8 [rows, dim + 4] for INT8 ones.
+  at::Tensor stored() const;
   // Named optimizer state views, e.g. {"sum": [rows, dim]} for adagrad.
   std::vector<std::pair<std::string, at::Tensor>> optimizer_state() const;
 
@@ -48,8 +50,10 @@ class EmbeddingTable {
 
 class EmbeddingStorage {
  public:
-  // `optimizer` may be null (inference): rows then hold weights only.
-  EmbeddingStorage(int dim, const SparseOptimizer* optimizer);
+  // `optimizer` may be null (inference): rows then hold weights only. `int8_rows` (inference
+  // only): rows are INT8 row-wise (table_quantization.h: dim codes, fp16 scale, fp16 bias),
+  // a third of the fp32 bytes; lookups dequantise on the fly.
+  EmbeddingStorage(int dim, const SparseOptimizer* optimizer, bool int8_rows = false);
 
   // Adds a table before Allocate(); rows are initialised uniform in +-sqrt(1/rows)
   // (TorchRec's default) from the global torch generator.
@@ -64,7 +68,14 @@ class EmbeddingStorage {
   int dim() const { return dim_; }
   int row_width() const { return row_width_; }
   int64_t total_rows() const { return total_rows_; }
-  float* data() { return data_.data_ptr<float>(); }
+  float* data() {
+    TZREC_CHECK(!int8_rows_, "float access to an INT8 embedding storage");
+    return data_.data_ptr<float>();
+  }
+  bool int8_rows() const { return int8_rows_; }
+  const uint8_t* int8_data() const { return data_.data_ptr<uint8_t>(); }
+  // Bytes per stored row.
+  int64_t row_bytes() const { return int8_rows_ ? dim_ + 4 : int64_t{4} * row_width_; }
   const at::Tensor& tensor() const { return data_; }
   // Storages built for inference (evaluation, predict, serving) carry no optimizer state.
   bool has_optimizer() const { return optimizer_ != nullptr; }
@@ -88,6 +99,7 @@ class EmbeddingStorage {
  private:
   int dim_;
   int row_width_;
+  bool int8_rows_ = false;
   const SparseOptimizer* optimizer_;
   int64_t total_rows_ = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;

@@ -25,6 +25,15 @@ void FusedForward(const float* data, int row_width, int dim, const std::vector<L
   });
 }
 
+void FusedForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
+                      const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+  const CpuKernels& kernels = ActiveCpuKernels();
+  at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
+    kernels.pooled_forward_int8(data, row_bytes, dim, lookups.data(),
+                                static_cast<int>(lookups.size()), begin, end, out);
+  });
+}
+
 RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t iteration) {
   RowUpdateParams p;
   using Kind = SparseOptimizerSpec::Kind;
@@ -181,18 +190,23 @@ torch::autograd::variable_list RunForward(EmbeddingStorage* storage, const std::
   const auto options = at::TensorOptions().dtype(at::kFloat);
   torch::autograd::variable_list outputs;
   at::Tensor pooled_out = at::empty({bags, static_cast<int64_t>(pooled.size()) * storage->dim()}, options);
-  if (!pooled.empty()) {
-    SelectedKernels().forward(storage->data(), storage->row_width(), storage->dim(), pooled, bags,
-                              pooled_out.data_ptr<float>());
-  }
+  const PooledLookupKernels& kernels = SelectedKernels();
+  auto forward = [&](const std::vector<LookupArgs>& lookups, int64_t count, float* out) {
+    if (storage->int8_rows()) {
+      kernels.forward_int8(storage->int8_data(), storage->row_bytes(), storage->dim(), lookups,
+                           count, out);
+    } else {
+      kernels.forward(storage->data(), storage->row_width(), storage->dim(), lookups, count, out);
+    }
+  };
+  if (!pooled.empty()) forward(pooled, bags, pooled_out.data_ptr<float>());
   outputs.push_back(pooled_out);
   for (const LookupArgs& a : args) {
     if (a.own_bags < 0) continue;
     at::Tensor out = at::empty({a.own_bags, storage->dim()}, options);
     LookupArgs single = a;
     single.own_bags = -1;
-    SelectedKernels().forward(storage->data(), storage->row_width(), storage->dim(), {single},
-                              a.own_bags, out.data_ptr<float>());
+    forward({single}, a.own_bags, out.data_ptr<float>());
     outputs.push_back(out);
   }
   return outputs;
@@ -266,7 +280,7 @@ at::Tensor Anchor() {
 }  // namespace
 
 const PooledLookupKernels& FusedKernels() {
-  static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate};
+  static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate, FusedForwardInt8};
   return kernels;
 }
 

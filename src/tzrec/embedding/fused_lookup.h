@@ -28,6 +28,9 @@ struct PooledLookupKernels {
   // grad: [bags, L*dim]. `iteration` is the 1-based optimizer step (Adam bias correction).
   void (*backward_update)(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
                           int64_t bags, const float* grad, int64_t iteration);
+  // forward over INT8 row-wise rows (inference storages; CpuKernels::pooled_forward_int8).
+  void (*forward_int8)(const uint8_t* data, int64_t row_bytes, int dim,
+                       const std::vector<LookupArgs>& lookups, int64_t bags, float* out);
 };
 
 const PooledLookupKernels& FusedKernels();

@@ -1,7 +1,10 @@
 // Reference twin of the fused embedding kernels: plain loops written for obviousness, not
 // speed. Used by the kernel tests and, with TZREC_EMBEDDING_REFERENCE=1, by whole training
 // runs to compare against the fused path.
+#include <c10/util/Half.h>
+
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -20,6 +23,32 @@ void ReferenceForward(const float* data, int row_width, int dim,
         float sum = 0.0f;
         for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
           sum += (l.weights ? l.weights[i] : 1.0f) * data[(l.first_row + l.values[i]) * row_width + d];
+        }
+        const int64_t count = l.offsets[b + 1] - l.offsets[b];
+        out[b * out_width + k * dim + d] = (l.mean && count > 0) ? sum / count : sum;
+      }
+    }
+  }
+}
+
+// INT8 row-wise rows: each code dequantised as code * scale + bias (fp16 scale and bias read
+// through c10::Half), then pooled as ReferenceForward does.
+void ReferenceForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
+                          const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+  const int64_t out_width = static_cast<int64_t>(lookups.size()) * dim;
+  for (int64_t b = 0; b < bags; ++b) {
+    for (size_t k = 0; k < lookups.size(); ++k) {
+      const LookupArgs& l = lookups[k];
+      for (int d = 0; d < dim; ++d) {
+        float sum = 0.0f;
+        for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
+          const uint8_t* row = data + (l.first_row + l.values[i]) * row_bytes;
+          c10::Half scale, bias;
+          std::memcpy(&scale.x, row + dim, 2);
+          std::memcpy(&bias.x, row + dim + 2, 2);
+          const float value = static_cast<float>(row[d]) * static_cast<float>(scale) +
+                              static_cast<float>(bias);
+          sum += (l.weights ? l.weights[i] : 1.0f) * value;
         }
         const int64_t count = l.offsets[b + 1] - l.offsets[b];
         out[b * out_width + k * dim + d] = (l.mean && count > 0) ? sum / count : sum;
@@ -103,7 +132,8 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
 }  // namespace
 
 const PooledLookupKernels& ReferenceKernels() {
-  static const PooledLookupKernels kernels{ReferenceForward, ReferenceBackwardUpdate};
+  static const PooledLookupKernels kernels{ReferenceForward, ReferenceBackwardUpdate,
+                                           ReferenceForwardInt8};
   return kernels;
 }
 

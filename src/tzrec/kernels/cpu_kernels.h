@@ -79,7 +79,30 @@ struct CpuKernels {
   void (*add_bias_relu)(float* y, const float* bias, int64_t rows, int64_t cols, bool relu);
   // out = y <= 0 ? 0 : grad (a NaN y passes the gradient, as ATen's threshold_backward).
   void (*relu_mask)(const float* y, const float* grad, float* out, int64_t n);
+
+  // pooled_forward over INT8 row-wise rows (inference tables, embedding/table_quantization.h):
+  // row r is `row_bytes` bytes at data + r * row_bytes: `dim` uint8 codes, then an fp16 scale
+  // and an fp16 bias; each id adds weight * (code * scale + bias).
+  void (*pooled_forward_int8)(const uint8_t* data, int64_t row_bytes, int dim,
+                              const LookupArgs* lookups, int num_lookups, int64_t begin,
+                              int64_t end, float* out);
 };
+
+// IEEE half-precision bits -> float, exactly (no F16C needed).
+inline float HalfBitsToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  float value;
+  if (exponent == 0) {
+    value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // subnormal: m * 2^-24
+    return sign ? -value : value;
+  }
+  const uint32_t bits = exponent == 31 ? (sign | 0x7f800000u | (mantissa << 13))
+                                       : (sign | ((exponent + 112) << 23) | (mantissa << 13));
+  __builtin_memcpy(&value, &bits, sizeof(value));
+  return value;
+}
 
 // Index of the first NaN or +-inf among `n` floats, or -1 when all are finite. A bit test, so
 // it vectorises without fast-math (used on every step's gradients and every saved table).

@@ -12,6 +12,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,8 @@ struct Pipeline {
   std::unique_ptr<LearningRateSchedule> dense_lr;
   double sparse_base_lr = 0.0;
   double dense_base_lr = 0.0;
+  // Inference: tables BuildModel stores INT8 row-wise (an export's QUANT_EMB tables).
+  std::set<std::string> int8_tables;
   // Where each table lives (training; logged and saved with checkpoints).
   std::vector<TablePlan> plan;
   std::string plan_json;

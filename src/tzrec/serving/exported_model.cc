@@ -419,6 +419,17 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
   if (adjust) adjust(&config);
   CheckConfigSupported(config);
   std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, mode);
+  if (!manifest.contains("tables") || !manifest["tables"].is_array()) {
+    Fail(JoinPath(export_dir, kExportManifestFile), ": no tables list");
+  }
+  // INT8 tables stay INT8 in memory (TZREC_DEQUANTIZE_TABLES=1: fp32, for comparisons).
+  const char* dequantize = std::getenv("TZREC_DEQUANTIZE_TABLES");
+  const bool keep_int8 = !(dequantize && std::string(dequantize) == "1");
+  for (const Json& table : manifest["tables"]) {
+    if (keep_int8 && table.value("dtype", "") == "INT8") {
+      pipeline->int8_tables.insert(table.value("name", ""));
+    }
+  }
   BuildModel(pipeline.get(), nullptr);
 
   const std::string weights_path = JoinPath(export_dir, manifest.value("weights", kExportWeightsFile));
@@ -439,9 +450,6 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
   for (const auto& item : model.named_parameters()) load_dense(item.key(), item.value());
   for (const auto& item : model.named_buffers()) load_dense(item.key(), item.value());
   std::map<std::string, std::map<std::string, at::Tensor>> tables;
-  if (!manifest.contains("tables") || !manifest["tables"].is_array()) {
-    Fail(JoinPath(export_dir, kExportManifestFile), ": no tables list");
-  }
   for (const Json& table : manifest["tables"]) {
     const std::string name = table.value("name", "");
     const std::string tensor = table.value("tensor", "");
@@ -450,10 +458,11 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
     if (!ParseTableDtypeName(table.value("dtype", ""), &dtype)) {
       Fail(what, ": unknown dtype '", table.value("dtype", ""), "'");
     }
-    at::Tensor weight = DequantizeTable(TensorOf(weights.Get(tensor), what), dtype,
-                                        table.value("dim", 0), what);
+    at::Tensor stored = TensorOf(weights.Get(tensor), what);
+    at::Tensor weight = DequantizeTable(stored, dtype, table.value("dim", 0), what);
     if (!AllFinite(weight)) Fail(what, " has non-finite values");
-    tables[name]["weight"] = weight;
+    // INT8 tables kept INT8 take the stored rows as they are.
+    tables[name]["weight"] = pipeline->int8_tables.count(name) ? stored : weight;
   }
   model.embedding_collection().RestoreTables(tables, false, "export '" + export_dir + "'",
                                              [&](const std::string& what) {
