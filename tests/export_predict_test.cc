@@ -430,6 +430,17 @@ TEST(ExportPredict, BadInputsFailClearlyAndLeaveNothingBehind) {
   EXPECT_TZREC_ERROR(Predict(predict), "bad.csv");
   EXPECT_TRUE(ListDirectory(dir.File("out")).empty()) << Join(ListDirectory(dir.File("out")), " ");
 
+  // Parquet input with a CSV config says what to change.
+  TempDir parquet;
+  testing::WriteSmallConfig(parquet, "ParquetDataset");
+  predict.predict_input_path = parquet.File("data/eval/*.parquet");
+  EXPECT_TZREC_ERROR(Predict(predict), "this is a Parquet file; set data_config.dataset_type, or "
+                                       "predict's --dataset_type, to ParquetDataset");
+  predict.dataset_type = "ParquetDataset";
+  EXPECT_GT(Predict(predict), 0);
+  RemoveAll(dir.File("out"));
+  predict.dataset_type = "";
+
   // ALL_COLUMNS passes every input column through; a second run refuses to overwrite.
   predict.predict_input_path = dir.File("data/eval/*.csv");
   predict.reserved_columns = "ALL_COLUMNS";
