@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas0-openmp
   libgoogle-perftools-dev
   nlohmann-json3-dev libdnnl-dev
+  libcpp-httplib-dev  # tzrec serve
   libgtest-dev googletest
   libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev
   libfarmhash-dev libmuparser-dev libsentencepiece-dev sentencepiece libopencc-dev libutf8proc-dev

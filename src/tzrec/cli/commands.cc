@@ -10,6 +10,7 @@
 #include "tzrec/dist/dist_check.h"
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/predict.h"
+#include "tzrec/serving/server.h"
 #include "tzrec/tools/launch.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/trainer.h"
@@ -72,6 +73,7 @@ const std::map<std::string, Command>& Commands() {
       {"eval", {EvalMain, "evaluate a checkpoint"}},
       {"gen_data", {GenDataMain, "write mock data with a planted signal for a config"}},
       {"export", {ExportMain, "export a checkpoint for predict and serving (weights, tables, fg.json)"}},
+      {"serve", {ServeMain, "serve an export over HTTP with feature generation and dynamic batching"}},
       {"predict", {PredictMain, "score CSV/Parquet rows with an export or a checkpoint"}},
       {"create_fg_json", {CreateFgJsonMain, "write fg.json (and its asset files) for a config"}},
       {"launch", {LaunchMain, "run a command as the local ranks of a distributed job (torchrun)"}},

@@ -192,15 +192,21 @@ std::unique_ptr<ParsedBatchStream> Dataset::Open(int64_t epoch, const Dataloader
   return std::make_unique<ParsedBatchStream>(this, reader_->Open(epoch, resume), epoch, resume);
 }
 
-ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
+ParsedBatch ParseFeatureRows(const std::vector<const Feature*>& features,
+                             const fg::FeatureGenerator* generator, const RecordBatch& records) {
   ParsedBatch parsed;
   parsed.size = static_cast<int64_t>(records.num_rows());
-  if (generator_) {
-    generator_->Generate(records, &parsed);
+  if (generator) {
+    generator->Generate(records, &parsed);
   } else {
-    for (const Feature* feature : features_) feature->ParseEncoded(records, &parsed);
+    for (const Feature* feature : features) feature->ParseEncoded(records, &parsed);
   }
   CheckFinite(parsed, records);
+  return parsed;
+}
+
+ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
+  ParsedBatch parsed = ParseFeatureRows(features_, generator_.get(), records);
   for (const auto& name : options_.label_fields) {
     auto range = options_.label_ranges.find(name);
     ParseFloatColumn(records, name, "label",

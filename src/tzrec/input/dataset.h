@@ -77,6 +77,12 @@ struct DatasetOptions {
 class DatasetReader;
 class ParsedBatchStream;
 
+// The features of rows in hand (feature generation when `generator` is set, else FG_NONE
+// parsing), every value checked finite: what a Dataset does to each chunk it reads, for
+// callers that get rows from elsewhere (serving). Errors name `records.source` and the row.
+ParsedBatch ParseFeatureRows(const std::vector<const Feature*>& features,
+                             const fg::FeatureGenerator* generator, const RecordBatch& records);
+
 class Dataset {
  public:
   // `features` must outlive the dataset. `generator` turns raw columns into the features when

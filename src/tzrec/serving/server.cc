@@ -1,0 +1,574 @@
+#include "tzrec/serving/server.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <array>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "tzrec/batch/batch.h"
+#include "tzrec/common/error.h"
+#include "tzrec/common/flags.h"
+#include "tzrec/common/fs.h"
+#include "tzrec/common/logging.h"
+#include "tzrec/common/strings.h"
+#include "tzrec/input/dataset.h"
+#include "tzrec/serving/exported_model.h"
+
+namespace tzrec {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A request the client got wrong: answered with `status` and the message.
+struct RequestError : Error {
+  RequestError(int status, const std::string& message) : Error(message), status(status) {}
+  int status;
+};
+
+// The newest numbered version directory under `path`, or `path` itself when it is an export.
+std::pair<std::string, std::string> ResolveVersion(const std::string& path) {
+  if (IsExportDir(path)) return {path, "1"};
+  int64_t best = -1;
+  for (const std::string& name : ListDirectory(path)) {
+    int64_t version;
+    if (ParseInt64(name, &version) && version >= 0 && IsExportDir(JoinPath(path, name))) {
+      best = std::max(best, version);
+    }
+  }
+  if (best < 0) {
+    Fail("--model_path '", path, "' is neither an export directory nor a directory of numbered "
+         "export directories");
+  }
+  return {JoinPath(path, std::to_string(best)), std::to_string(best)};
+}
+
+// Appends one JSON value as the text of a row's cell. Arrays become LIST cells (items joined
+// by `list_separator`, as the Parquet reader presents LIST columns).
+void AppendCell(const Json& value, const std::string& column, const std::string& list_separator,
+                Column* out) {
+  auto scalar_text = [&](const Json& v) -> std::string {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_number_integer() || v.is_number_unsigned() || v.is_number_float()) return v.dump();
+    if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+    throw RequestError(400, StrCat("column '", column, "': expected a number, string or array, got ",
+                                   v.type_name()));
+  };
+  if (value.is_null()) {
+    out->AppendString("", false);
+    return;
+  }
+  const int depth = value.is_array() ? 1 : 0;
+  if (out->size() > 0 && out->list_depth != depth) {
+    throw RequestError(400, StrCat("column '", column, "': mixes arrays and single values"));
+  }
+  out->list_depth = depth;
+  if (!value.is_array()) {
+    out->AppendString(scalar_text(value), true);
+    return;
+  }
+  out->list_separator = list_separator;
+  std::string text;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i].is_array() || value[i].is_object() || value[i].is_null()) {
+      throw RequestError(400, StrCat("column '", column, "': array items must be numbers or strings"));
+    }
+    if (i) text += list_separator;
+    text += scalar_text(value[i]);
+  }
+  out->AppendString(text, true);
+}
+
+// Rows as columns: every key seen becomes a column; a row without it has a null there.
+RecordBatch RowsToRecords(const std::vector<const Json*>& rows, const std::string& list_separator,
+                          const std::string& source) {
+  RecordBatch records;
+  records.source = source;
+  std::map<std::string, size_t> index;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (!rows[r]->is_object()) {
+      throw RequestError(400, StrCat(source, ": row ", r, " is not a JSON object"));
+    }
+    for (const auto& [key, value] : rows[r]->items()) {
+      auto it = index.find(key);
+      if (it == index.end()) {
+        Column column;
+        column.name = key;
+        for (size_t k = 0; k < r; ++k) column.AppendString("", false);
+        records.columns.push_back(std::move(column));
+        it = index.emplace(key, records.columns.size() - 1).first;
+      }
+      Column& column = records.columns[it->second];
+      if (column.size() > r) throw RequestError(400, StrCat(source, ": row ", r, " repeats '", key, "'"));
+      AppendCell(value, key, list_separator, &column);
+    }
+    for (Column& column : records.columns) {
+      if (column.size() == r) column.AppendString("", false);
+    }
+    records.line_numbers.push_back(static_cast<int64_t>(r));
+  }
+  return records;
+}
+
+// Latency histogram in Prometheus form (seconds).
+class Histogram {
+ public:
+  void Observe(double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < kBounds.size(); ++i) {
+      if (seconds <= kBounds[i]) ++counts_[i];
+    }
+    ++count_;
+    sum_ += seconds;
+  }
+  void Print(const std::string& name, const std::string& help, std::string* out) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (size_t i = 0; i < kBounds.size(); ++i) {
+      *out += StrCat(name, "_bucket{le=\"", kBounds[i], "\"} ", counts_[i], "\n");
+    }
+    *out += StrCat(name, "_bucket{le=\"+Inf\"} ", count_, "\n", name, "_sum ", sum_, "\n", name,
+                   "_count ", count_, "\n");
+  }
+
+ private:
+  static constexpr std::array<double, 12> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005,
+                                                     0.01, 0.025, 0.05, 0.1, 0.25, 1.0};
+  mutable std::mutex mutex_;
+  std::array<uint64_t, 12> counts_{};
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+struct Job {
+  ParsedBatch parsed;
+  Clock::time_point enqueued;
+  std::promise<std::map<std::string, at::Tensor>> result;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  ServeOptions options;
+  std::string model_dir, version, name;
+  Json manifest;
+  std::unique_ptr<Pipeline> pipeline;
+  std::string list_separator;
+  std::vector<std::string> output_names;
+
+  httplib::Server http;
+  int bound_port = 0;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::shared_ptr<Job>> queue;
+  bool stopping = false;
+  std::thread worker;
+
+  std::atomic<uint64_t> requests_ok{0}, requests_client_error{0}, requests_rejected{0},
+      requests_failed{0}, rows{0}, batches{0};
+  Histogram request_latency, queue_latency, fg_latency, model_latency;
+
+  void Load() {
+    auto [dir, v] = ResolveVersion(options.model_path);
+    model_dir = dir;
+    version = v;
+    manifest = ReadExportManifest(dir);
+    pipeline = LoadExportedPipeline(dir, PipelineMode::kPredict);
+    name = options.model_name.empty() ? manifest.value("model", "model") : options.model_name;
+    list_separator = pipeline->config.data_config().fg_encoded_multival_sep();
+    for (const auto& output : manifest["outputs"]) output_names.push_back(output["name"]);
+  }
+
+  // Parses rows on the calling (HTTP) thread, then waits for the model thread's batch.
+  std::map<std::string, at::Tensor> Score(const std::vector<const Json*>& rows,
+                                          const std::string& source) {
+    if (rows.empty()) throw RequestError(400, source + ": no rows");
+    const auto start = Clock::now();
+    RecordBatch records = RowsToRecords(rows, list_separator, source);
+    auto job = std::make_shared<Job>();
+    try {
+      job->parsed = ParseFeatureRows(pipeline->FeaturePointers(), pipeline->generator.get(), records);
+    } catch (const Error& e) {
+      throw RequestError(400, e.what());
+    }
+    fg_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    auto future = job->result.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (stopping) throw RequestError(503, "the server is shutting down");
+      if (static_cast<int64_t>(queue.size()) >= options.max_queue_size) {
+        ++requests_rejected;
+        throw RequestError(503, StrCat("the queue is full (", options.max_queue_size, " requests)"));
+      }
+      job->enqueued = Clock::now();
+      queue.push_back(job);
+    }
+    changed.notify_all();
+    return future.get();
+  }
+
+  void RunModel() {
+    if (options.model_threads > 0) at::set_num_threads(options.model_threads);
+    c10::NoGradGuard no_grad;
+    Model& model = *pipeline->model;
+    while (true) {
+      std::vector<std::shared_ptr<Job>> jobs;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return !queue.empty() || stopping; });
+        if (queue.empty()) return;
+        const auto deadline = queue.front()->enqueued + std::chrono::microseconds(options.max_queue_delay_us);
+        auto queued_rows = [&] {
+          int64_t n = 0;
+          for (const auto& job : queue) n += job->parsed.size;
+          return n;
+        };
+        while (!stopping && queued_rows() < options.max_batch_rows &&
+               changed.wait_until(lock, deadline) != std::cv_status::timeout) {
+        }
+        int64_t total = 0;
+        while (!queue.empty() &&
+               (jobs.empty() || total + queue.front()->parsed.size <= options.max_batch_rows)) {
+          total += queue.front()->parsed.size;
+          jobs.push_back(std::move(queue.front()));
+          queue.pop_front();
+        }
+      }
+      const auto start = Clock::now();
+      for (const auto& job : jobs) {
+        queue_latency.Observe(std::chrono::duration<double>(start - job->enqueued).count());
+      }
+      try {
+        ParsedBatch combined = std::move(jobs[0]->parsed);
+        for (size_t i = 1; i < jobs.size(); ++i) combined.Append(jobs[i]->parsed);
+        const int64_t size = combined.size;
+        Predictions predictions = model.Predict(ToBatch(std::move(combined)));
+        int64_t begin = 0;
+        for (const auto& job : jobs) {
+          const int64_t n = job->parsed.size;
+          std::map<std::string, at::Tensor> out;
+          for (const auto& [key, tensor] : predictions) out[key] = tensor.narrow(0, begin, n).contiguous();
+          begin += n;
+          job->result.set_value(std::move(out));
+        }
+        rows += size;
+        ++batches;
+      } catch (...) {
+        for (const auto& job : jobs) {
+          try {
+            job->result.set_exception(std::current_exception());
+          } catch (const std::future_error&) {
+          }
+        }
+      }
+      model_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+
+  static Json OutputsOfRow(const std::map<std::string, at::Tensor>& outputs, int64_t row) {
+    Json out = Json::object();
+    for (const auto& [key, tensor] : outputs) {
+      if (tensor.dim() == 1) {
+        out[key] = tensor.data_ptr<float>()[row];
+      } else {
+        const int64_t width = tensor.size(1);
+        out[key] = std::vector<float>(tensor.data_ptr<float>() + row * width,
+                                      tensor.data_ptr<float>() + (row + 1) * width);
+      }
+    }
+    return out;
+  }
+
+  Json Predict(const Json& body) {
+    if (!body.is_object() || !body.contains("instances") || !body["instances"].is_array()) {
+      throw RequestError(400, "expected {\"instances\": [{column: value, ...}, ...]}");
+    }
+    std::vector<const Json*> rows;
+    for (const auto& row : body["instances"]) rows.push_back(&row);
+    auto outputs = Score(rows, "instances");
+    Json predictions = Json::array();
+    for (size_t r = 0; r < rows.size(); ++r) predictions.push_back(OutputsOfRow(outputs, r));
+    return {{"predictions", std::move(predictions)}, {"model_version", version}};
+  }
+
+  Json Rank(const Json& body) {
+    if (!body.is_object()) throw RequestError(400, "expected a JSON object");
+    if (!body.contains("item_ids") || !body["item_ids"].is_array() || body["item_ids"].empty()) {
+      throw RequestError(400, "item_ids: a non-empty array is required");
+    }
+    const Json& items = body["item_ids"];
+    const std::string id_column = body.value("item_id_column", "item_id");
+    const Json user = body.value("user_features", Json::object());
+    const Json context = body.value("context_features", Json::object());
+    if (!user.is_object()) throw RequestError(400, "user_features: expected an object");
+    if (!context.is_object()) throw RequestError(400, "context_features: expected an object");
+    for (const auto& [key, values] : context.items()) {
+      if (!values.is_array() || values.size() != items.size()) {
+        throw RequestError(400, StrCat("context_features.", key, ": expected an array of ",
+                                       items.size(), " values (one per item)"));
+      }
+    }
+    std::vector<Json> row_values;
+    row_values.reserve(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      Json row = user;
+      row[id_column] = items[i];
+      for (const auto& [key, values] : context.items()) row[key] = values[i];
+      row_values.push_back(std::move(row));
+    }
+    std::vector<const Json*> rows;
+    for (const auto& row : row_values) rows.push_back(&row);
+    auto outputs = Score(rows, "rank request");
+    Json result = {{"item_ids", items}, {"model_version", version}};
+    Json columns = Json::object();
+    for (const auto& [key, tensor] : outputs) {
+      columns[key] = std::vector<float>(tensor.data_ptr<float>(), tensor.data_ptr<float>() + tensor.numel());
+    }
+    result["outputs"] = std::move(columns);
+    return result;
+  }
+
+  Json Metadata() const {
+    Json inputs = Json::array(), outputs = Json::array();
+    auto kserve_dtype = [](const std::string& dtype) {
+      return dtype == "int64" ? "INT64" : dtype == "float32" ? "FP32" : "BYTES";
+    };
+    for (const auto& input : manifest["inputs"]) {
+      inputs.push_back({{"name", input["name"]}, {"datatype", kserve_dtype(input["dtype"])}, {"shape", input["shape"]}});
+    }
+    for (const auto& output : manifest["outputs"]) {
+      outputs.push_back({{"name", output["name"]}, {"datatype", kserve_dtype(output["dtype"])}, {"shape", output["shape"]}});
+    }
+    return {{"name", name}, {"versions", {version}}, {"platform", "tzrec-cpp"},
+            {"inputs", inputs}, {"outputs", outputs}};
+  }
+
+  std::string MetricsText() const {
+    std::string out;
+    auto counter = [&](const std::string& metric, const std::string& help, const std::string& labels,
+                       uint64_t value) {
+      out += StrCat("# HELP ", metric, " ", help, "\n# TYPE ", metric, " counter\n", metric, labels,
+                    " ", value, "\n");
+    };
+    counter("tzrec_request_success_total", "requests answered 200", "", requests_ok.load());
+    counter("tzrec_request_client_error_total", "requests answered 4xx", "", requests_client_error.load());
+    counter("tzrec_request_rejected_total", "requests refused with a full queue (503)", "",
+            requests_rejected.load());
+    counter("tzrec_request_failure_total", "requests that failed on the server (5xx)", "",
+            requests_failed.load());
+    counter("tzrec_inference_rows_total", "rows scored", "", rows.load());
+    counter("tzrec_inference_batches_total", "model executions (rows / batches = mean batch)", "",
+            batches.load());
+    request_latency.Print("tzrec_request_duration_seconds", "request latency", &out);
+    queue_latency.Print("tzrec_queue_duration_seconds", "time a request waited for the model", &out);
+    fg_latency.Print("tzrec_fg_duration_seconds", "feature generation per request", &out);
+    model_latency.Print("tzrec_model_duration_seconds", "model execution per batch", &out);
+    return out;
+  }
+
+  void Route(const std::string& method, const httplib::Request& req, httplib::Response& res,
+             const std::function<Json()>& handler) {
+    const auto start = Clock::now();
+    int status = 200;
+    Json body;
+    try {
+      body = handler();
+    } catch (const RequestError& e) {
+      status = e.status;
+      body = {{"error", e.what()}};
+    } catch (const Error& e) {
+      status = 500;
+      body = {{"error", e.what()}};
+    } catch (const std::exception& e) {
+      status = 500;
+      body = {{"error", StrCat("internal error: ", e.what())}};
+    }
+    if (status == 200) {
+      ++requests_ok;
+    } else if (status == 503) {
+      // counted where it was refused
+    } else if (status < 500) {
+      ++requests_client_error;
+    } else {
+      ++requests_failed;
+      LOG_WARNING << method << " " << req.path << ": " << body["error"].get<std::string>();
+    }
+    res.status = status;
+    res.set_content(body.dump(), "application/json");
+    request_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+
+  Json ParseBody(const httplib::Request& req) const {
+    Json body = Json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) throw RequestError(400, "the body is not valid JSON");
+    return body;
+  }
+
+  void CheckModel(const std::string& model) const {
+    if (model != name) throw RequestError(404, StrCat("no model '", model, "' (this server has '", name, "')"));
+  }
+
+  void Setup() {
+    http.set_payload_max_length(static_cast<size_t>(options.max_request_bytes));
+    http.set_keep_alive_max_count(100000);
+    http.set_keep_alive_timeout(30);
+    http.set_tcp_nodelay(true);
+    const int threads = std::max(1, options.http_threads);
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.Get("/v2/health/live", [this](const httplib::Request& req, httplib::Response& res) {
+      Route("GET", req, res, [] { return Json{{"live", true}}; });
+    });
+    http.Get("/v2/health/ready", [this](const httplib::Request& req, httplib::Response& res) {
+      Route("GET", req, res, [] { return Json{{"ready", true}}; });
+    });
+    http.Get(R"(/v2/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      Route("GET", req, res, [&] {
+        CheckModel(req.matches[1]);
+        return Metadata();
+      });
+    });
+    http.Post(R"(/v1/models/([^/:]+):predict)", [this](const httplib::Request& req, httplib::Response& res) {
+      Route("POST", req, res, [&] {
+        CheckModel(req.matches[1]);
+        return Predict(ParseBody(req));
+      });
+    });
+    http.Post(R"(/v1/models/([^/:]+)/rank)", [this](const httplib::Request& req, httplib::Response& res) {
+      Route("POST", req, res, [&] {
+        CheckModel(req.matches[1]);
+        return Rank(ParseBody(req));
+      });
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(MetricsText(), "text/plain; version=0.0.4");
+    });
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string message = res.status == 413 ? "the request body is too large"
+                                  : res.status == 404 ? "no such endpoint: " + req.path
+                                                      : "bad request";
+      res.set_content(Json{{"error", message}}.dump(), "application/json");
+    });
+    if (options.port == 0) {
+      bound_port = http.bind_to_any_port(options.host);
+    } else {
+      bound_port = http.bind_to_port(options.host, options.port) ? options.port : -1;
+    }
+    if (bound_port < 0) Fail("cannot listen on ", options.host, ":", options.port);
+  }
+};
+
+Server::Server(const ServeOptions& options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = options;
+  if (options.max_batch_rows <= 0) Fail("--max_batch_size must be > 0");
+  if (options.max_queue_delay_us < 0 || options.max_queue_size < 0) {
+    Fail("--max_queue_delay_us and --max_queue_size must not be negative");
+  }
+  impl_->Load();
+  impl_->Setup();
+  impl_->worker = std::thread([this] { impl_->RunModel(); });
+  LOG_INFO << "serving " << impl_->name << " version " << impl_->version << " (" << impl_->model_dir
+           << ") on " << options.host << ":" << impl_->bound_port;
+}
+
+Server::~Server() {
+  Stop();
+  if (impl_->worker.joinable()) impl_->worker.join();
+}
+
+int Server::port() const { return impl_->bound_port; }
+
+void Server::Run() { impl_->http.listen_after_bind(); }
+
+void Server::Stop() {
+  impl_->http.stop();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->changed.notify_all();
+}
+
+namespace {
+int g_signal_pipe = -1;  // written by the signal handler (async-signal-safe)
+}  // namespace
+
+int ServeMain(const std::vector<std::string>& args) {
+  Flags flags("serve",
+              "Serves an export directory over HTTP: feature generation on raw rows with the "
+              "training code, dynamic batching, health, metadata and Prometheus metrics.",
+              {{"model_path", "export directory, or a directory of numbered export directories"},
+               {"model_name", "name in the URLs (default: the model type, e.g. deepfm)"},
+               {"host", "address to listen on", false, "127.0.0.1"},
+               {"port", "port (0: any free port)", false, "8000"},
+               {"http_threads", "connection threads", false, "8"},
+               {"max_batch_size", "most rows in one model execution", false, "1024"},
+               {"max_queue_delay_us", "longest wait for more rows before running a batch", false, "0"},
+               {"max_queue_size", "requests waiting for the model before 503", false, "256"},
+               {"max_request_bytes", "largest request body (413 above)", false, "16777216"},
+               {"model_threads", "intra-op threads of the model (0: all cores)", false, "0"}});
+  if (!flags.Parse(args)) return 0;
+  ServeOptions options;
+  options.model_path = flags.Get("model_path");
+  if (options.model_path.empty()) Fail("--model_path is required");
+  options.model_name = flags.Get("model_name");
+  options.host = flags.Get("host");
+  options.port = static_cast<int>(flags.GetInt("port"));
+  options.http_threads = static_cast<int>(flags.GetInt("http_threads"));
+  options.max_batch_rows = flags.GetInt("max_batch_size");
+  options.max_queue_delay_us = flags.GetInt("max_queue_delay_us");
+  options.max_queue_size = flags.GetInt("max_queue_size");
+  options.max_request_bytes = flags.GetInt("max_request_bytes");
+  options.model_threads = static_cast<int>(flags.GetInt("model_threads"));
+  // SIGTERM / SIGINT drain: the handler (any thread may take the signal) only writes to a
+  // pipe; a watcher thread reads it and stops the server, which finishes what is in flight.
+  Server server(options);
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) Fail("serve: cannot create a pipe: ", std::strerror(errno));
+  g_signal_pipe = pipe_fds[1];
+  struct sigaction action {};
+  action.sa_handler = [](int signal) {
+    const char byte = static_cast<char>(signal);
+    [[maybe_unused]] ssize_t n = write(g_signal_pipe, &byte, 1);
+  };
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  std::thread watcher([&server, fd = pipe_fds[0]] {
+    char byte = 0;
+    if (read(fd, &byte, 1) == 1 && byte != 0) {
+      LOG_INFO << "signal " << static_cast<int>(byte)
+               << ": finishing the requests in flight, then stopping";
+      server.Stop();
+    }
+  });
+  server.Run();
+  const char done = 0;
+  [[maybe_unused]] ssize_t n = write(pipe_fds[1], &done, 1);  // release the watcher
+  watcher.join();
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  LOG_INFO << "server stopped";
+  return 0;
+}
+
+}  // namespace tzrec

@@ -1,0 +1,63 @@
+// `tzrec serve`: an HTTP server that scores raw feature rows with an export directory, running
+// feature generation with the very code training used.
+//
+// Requests are JSON. Rows carry the model's input columns as the training data had them (raw
+// inputs for FG_DAG configs, encoded features for FG_NONE); numbers, strings or arrays
+// (multi-value / sequence inputs, joined as a Parquet LIST column would be). Endpoints:
+//   POST /v1/models/<m>:predict   {"instances": [{column: value, ...}, ...]}
+//                                  -> {"predictions": [{output: value, ...}, ...]}
+//   POST /v1/models/<m>/rank       the TorchEasyRec Processor's shape: {"user_features": {...},
+//                                  "item_ids": [...], "item_id_column": "<column>" (default
+//                                  item_id), "context_features": {column: [one per item]}}
+//                                  -> {"item_ids": [...], "outputs": {output: [one per item]}}
+//   GET  /v2/health/live, /v2/health/ready, /v2/models/<m> (KServe v2 metadata)
+//   GET  /metrics                  Prometheus text: requests, rows, batches, latencies
+// Requests are queued and run in dynamic batches (up to max_batch_rows rows, waiting at most
+// max_queue_delay_us for more) by one model thread; a full queue answers 503, a malformed
+// request 400 naming what is wrong, a body over max_request_bytes 413.
+//
+// Thread-safety: Server's methods may be called from any thread; Stop() waits for the
+// requests in flight.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tzrec {
+
+struct ServeOptions {
+  std::string model_path;   // an export directory, or a directory of numbered versions of one
+  std::string model_name;   // default: the export directory's name
+  std::string host = "127.0.0.1";
+  int port = 8000;          // 0: any free port (see Server::port())
+  int http_threads = 8;
+  int64_t max_batch_rows = 1024;
+  int64_t max_queue_delay_us = 0;
+  int64_t max_queue_size = 256;        // requests waiting; more are answered 503
+  int64_t max_request_bytes = 16 << 20;
+  int model_threads = 0;               // intra-op threads of the forward; 0: all cores
+};
+
+class Server {
+ public:
+  // Loads the model (failing naming the directory) and binds the port.
+  explicit Server(const ServeOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const;
+  // Serves until Stop() (blocking).
+  void Run();
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+int ServeMain(const std::vector<std::string>& args);
+
+}  // namespace tzrec

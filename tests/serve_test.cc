@@ -1,0 +1,274 @@
+// tzrec serve: answers equal predict's for the same raw rows, under concurrent keep-alive
+// clients with dynamic batching; bad requests get 4xx naming the problem, never a crash.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "test_util.h"
+#include "train_test_util.h"
+#include "tzrec/common/fs.h"
+#include "tzrec/common/strings.h"
+#include "tzrec/serving/exported_model.h"
+#include "tzrec/serving/predict.h"
+#include "tzrec/serving/server.h"
+#include "tzrec/train/trainer.h"
+
+namespace tzrec {
+namespace {
+
+using Json = nlohmann::json;
+
+// A trained small DeepFM exported, its eval rows as JSON objects (CSV text values) and
+// predict's probabilities for them.
+struct Fixture {
+  testing::TempDir dir;
+  std::vector<Json> rows;
+  std::vector<double> probs;
+
+  Fixture() {
+    std::string config = testing::WriteSmallConfig(dir);
+    TrainAndEvaluate(testing::SmallOptions(dir, config, dir.File("model")));
+    ExportOptions export_options;
+    export_options.pipeline_config_path = dir.File("model/pipeline.config");
+    export_options.export_dir = dir.File("export");
+    export_options.quant_from_environment = false;
+    ExportModel(export_options);
+    PredictOptions predict;
+    predict.scripted_model_path = dir.File("export");
+    predict.predict_input_path = dir.File("data/eval/*.csv");
+    predict.predict_output_path = dir.File("pred");
+    predict.output_columns = "probs";
+    predict.reserved_columns = "ALL_COLUMNS";
+    Predict(predict);
+    std::vector<std::string> lines = Split(ReadFileToString(dir.File("pred/part-0.csv")), "\n");
+    std::vector<std::string> header = Split(lines[0], ",");
+    for (size_t i = 1; i < lines.size(); ++i) {
+      if (lines[i].empty()) continue;
+      std::vector<std::string> cells = Split(lines[i], ",");
+      Json row = Json::object();
+      for (size_t c = 1; c < header.size(); ++c) row[header[c]] = cells[c];
+      rows.push_back(row);
+      double p = 0;
+      ParseDouble(cells[0], &p);
+      probs.push_back(p);
+    }
+  }
+};
+
+Fixture& Shared() {
+  static Fixture* fixture = new Fixture();
+  return *fixture;
+}
+
+// A server on a free port, run on its own thread.
+struct RunningServer {
+  std::unique_ptr<Server> server;
+  std::thread thread;
+  explicit RunningServer(ServeOptions options) {
+    options.port = 0;
+    server = std::make_unique<Server>(options);
+    thread = std::thread([this] { server->Run(); });
+  }
+  ~RunningServer() {
+    server->Stop();
+    thread.join();
+  }
+  httplib::Client Client() const {
+    httplib::Client client("127.0.0.1", server->port());
+    client.set_keep_alive(true);
+    client.set_tcp_nodelay(true);  // headers and body go out in two writes
+    client.set_read_timeout(30, 0);
+    return client;
+  }
+};
+
+ServeOptions Options() {
+  ServeOptions options;
+  options.model_path = Shared().dir.File("export");
+  options.model_name = "small";
+  options.model_threads = 1;
+  return options;
+}
+
+TEST(Serve, PredictionsEqualPredictsForTheSameRows) {
+  Fixture& f = Shared();
+  RunningServer running(Options());
+  auto client = running.Client();
+  Json body = {{"instances", f.rows}};
+  auto res = client.Post("/v1/models/small:predict", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json answer = Json::parse(res->body);
+  ASSERT_EQ(answer["predictions"].size(), f.rows.size());
+  for (size_t i = 0; i < f.rows.size(); ++i) {
+    EXPECT_NEAR(answer["predictions"][i]["probs"].get<double>(), f.probs[i], 1e-6) << i;
+  }
+  // The ranking shape: one user's features once, items by id, per-item context.
+  Json user = f.rows[0];
+  Json items = Json::array(), context = Json::array();
+  for (size_t i = 0; i < 5; ++i) {
+    items.push_back(f.rows[i]["c1"]);
+    context.push_back(f.rows[i]["x"]);
+  }
+  user.erase("c1");
+  user.erase("x");
+  Json rank = {{"user_features", user}, {"item_ids", items}, {"item_id_column", "c1"},
+               {"context_features", {{"x", context}}}};
+  res = client.Post("/v1/models/small/rank", rank.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json ranked = Json::parse(res->body);
+  ASSERT_EQ(ranked["outputs"]["probs"].size(), 5u);
+  // Row i of the rank request is row 0's user features with row i's item and context.
+  Json expected_rows = Json::array();
+  for (size_t i = 0; i < 5; ++i) {
+    Json row = user;
+    row["c1"] = items[i];
+    row["x"] = context[i];
+    expected_rows.push_back(row);
+  }
+  res = client.Post("/v1/models/small:predict", Json{{"instances", expected_rows}}.dump(), "application/json");
+  ASSERT_EQ(res->status, 200);
+  Json same = Json::parse(res->body);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(ranked["outputs"]["probs"][i], same["predictions"][i]["probs"]);
+  }
+  // Health and metadata.
+  EXPECT_EQ(client.Get("/v2/health/live")->status, 200);
+  EXPECT_EQ(client.Get("/v2/health/ready")->status, 200);
+  res = client.Get("/v2/models/small");
+  ASSERT_EQ(res->status, 200);
+  Json meta = Json::parse(res->body);
+  EXPECT_EQ(meta["name"], "small");
+  EXPECT_EQ(meta["outputs"][0]["name"], "logits");
+  EXPECT_EQ(meta["inputs"][0]["datatype"], "FP32");
+}
+
+TEST(Serve, ConcurrentKeepAliveClientsAreBatchedAndAnsweredExactly) {
+  Fixture& f = Shared();
+  ServeOptions options = Options();
+  options.max_queue_delay_us = 3000;
+  options.max_batch_rows = 64;
+  RunningServer running(options);
+  constexpr int kClients = 8, kRequests = 25;
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = running.Client();
+      for (int r = 0; r < kRequests; ++r) {
+        const size_t row = (c * kRequests + r) % f.rows.size();
+        auto res = client.Post("/v1/models/small:predict", Json{{"instances", {f.rows[row]}}}.dump(),
+                               "application/json");
+        if (!res || res->status != 200) {
+          ++failed;
+          continue;
+        }
+        const double p = Json::parse(res->body)["predictions"][0]["probs"].get<double>();
+        if (std::abs(p - f.probs[row]) > 1e-6) ++wrong;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  auto metrics = running.Client().Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  auto value = [&](const std::string& name) {
+    const size_t at = metrics->body.find("\n" + name + " ");
+    EXPECT_NE(at, std::string::npos) << name;
+    double v = -1;
+    ParseDouble(Trim(metrics->body.substr(at + name.size() + 2, 20).substr(0, metrics->body.substr(at + name.size() + 2).find('\n'))), &v);
+    return v;
+  };
+  EXPECT_EQ(value("tzrec_inference_rows_total"), kClients * kRequests);
+  EXPECT_EQ(value("tzrec_request_success_total"), kClients * kRequests);
+  // With 8 clients and a 3 ms window, requests share model executions.
+  EXPECT_LT(value("tzrec_inference_batches_total"), kClients * kRequests);
+  EXPECT_NE(metrics->body.find("tzrec_model_duration_seconds_bucket{le=\"+Inf\"}"), std::string::npos);
+}
+
+TEST(Serve, BadRequestsAreAnsweredWithTheProblemNamed) {
+  Fixture& f = Shared();
+  ServeOptions options = Options();
+  options.max_request_bytes = 4096;
+  RunningServer running(options);
+  auto client = running.Client();
+  auto post = [&](const std::string& path, const std::string& body) {
+    auto res = client.Post(path.c_str(), body, "application/json");
+    EXPECT_TRUE(res);
+    return res ? std::make_pair(res->status, res->body) : std::make_pair(-1, std::string());
+  };
+  auto [status, body] = post("/v1/models/small:predict", "{\"instances\": [");
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("not valid JSON"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/models/other:predict", "{}");
+  EXPECT_EQ(status, 404);
+  EXPECT_NE(body.find("no model 'other'"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/models/small:predict", "{\"rows\": []}");
+  EXPECT_EQ(status, 400);
+  Json bad = f.rows[0];
+  bad["x"] = "not-a-number";
+  std::tie(status, body) = post("/v1/models/small:predict", Json{{"instances", {bad}}}.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("'x'"), std::string::npos) << body;
+  bad = f.rows[0];
+  bad["x"] = Json::object();
+  std::tie(status, body) = post("/v1/models/small:predict", Json{{"instances", {bad}}}.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("column 'x': expected a number, string or array"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/models/small/rank",
+                                R"({"item_ids": [1, 2], "context_features": {"x": [1]}})");
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("context_features.x: expected an array of 2 values"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/models/small:predict", std::string(8000, ' '));
+  EXPECT_EQ(status, 413);
+  EXPECT_EQ(client.Get("/nowhere")->status, 404);
+
+  // Mutated bodies (bytes flipped, cut, duplicated): every answer is 200 or 4xx, and the
+  // server keeps answering.
+  const std::string valid = Json{{"instances", {f.rows[0], f.rows[1]}}}.dump();
+  std::mt19937 rng(7);
+  int answered = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string mutated = valid;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % mutated.size();
+      switch (rng() % 3) {
+        case 0: mutated[at] = static_cast<char>(rng() % 256); break;
+        case 1: mutated.resize(at); break;
+        default: mutated.insert(at, mutated.substr(at, rng() % 16)); break;
+      }
+      if (mutated.empty()) mutated = "x";
+    }
+    auto res = client.Post("/v1/models/small:predict", mutated, "application/json");
+    ASSERT_TRUE(res) << "no answer to body " << i;
+    EXPECT_TRUE(res->status == 200 || (res->status >= 400 && res->status < 500))
+        << res->status << " " << res->body;
+    ++answered;
+  }
+  EXPECT_EQ(answered, 300);
+  EXPECT_EQ(client.Get("/v2/health/live")->status, 200);
+}
+
+TEST(Serve, AFullQueueAnswers503AndAMissingModelFailsAtStart) {
+  ServeOptions options = Options();
+  options.max_queue_size = 0;
+  RunningServer running(options);
+  auto res = running.Client().Post("/v1/models/small:predict",
+                                   Json{{"instances", {Shared().rows[0]}}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_NE(res->body.find("queue is full"), std::string::npos);
+  options.model_path = Shared().dir.File("model");
+  EXPECT_TZREC_ERROR(Server{options}, "is neither an export directory nor a directory of numbered");
+}
+
+}  // namespace
+}  // namespace tzrec
