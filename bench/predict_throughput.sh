@@ -12,6 +12,7 @@
 # OPENBLAS_CORETYPE is left as the environment has it, for both sides alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 RUNS=${RUNS:-3}
 ROWS=${ROWS:-409600}
 THREADS=${THREADS:-$(nproc)}
@@ -28,24 +29,7 @@ scripts/build.sh tzrec >/dev/null
 TCMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
 export OMP_NUM_THREADS=$THREADS
 
-CONFIG=bench/configs/deepfm_criteo_bench.config
-sed 's/dataset_type: CsvDataset/dataset_type: ParquetDataset/' $CONFIG > $OUT/parquet.config
-if [ "$(cat $OUT/rows 2>/dev/null)" != "$ROWS" ]; then
-  rm -rf $OUT/csv $OUT/parquet $OUT/model $OUT/export_*
-  build/tzrec gen_data --pipeline_config_path=$CONFIG --output_dir=$OUT/csv \
-    --train_rows=$ROWS --eval_rows=4096 --num_files=2 >/dev/null 2>&1
-  build/tzrec gen_data --pipeline_config_path=$OUT/parquet.config --output_dir=$OUT/parquet \
-    --train_rows=$ROWS --eval_rows=4096 --num_files=2 >/dev/null 2>&1
-  # The weights do not matter for speed: a short training run gives a checkpoint.
-  build/tzrec train_eval --pipeline_config_path=$CONFIG --model_dir=$OUT/model \
-    --train_input_path="$OUT/csv/train/*.csv" --eval_input_path="$OUT/csv/eval/*.csv" \
-    --edit_config_json='{"train_config.num_epochs": 0, "train_config.num_steps": 20}' >$OUT/train.log 2>&1
-  QUANT_EMB=0 build/tzrec export --pipeline_config_path=$OUT/model/pipeline.config \
-    --export_dir=$OUT/export_fp32 >$OUT/export.log 2>&1
-  build/tzrec export --pipeline_config_path=$OUT/model/pipeline.config \
-    --export_dir=$OUT/export_int8 >>$OUT/export.log 2>&1
-  echo "$ROWS" > $OUT/rows
-fi
+prepare_criteo_export $OUT $ROWS
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 

@@ -9,7 +9,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -472,6 +475,27 @@ struct Server::Impl {
       bound_port = http.bind_to_port(options.host, options.port) ? options.port : -1;
     }
     if (bound_port < 0) Fail("cannot listen on ", options.host, ":", options.port);
+    RaiseListenBacklog(bound_port);
+  }
+
+  // Debian's cpp-httplib library listens with a backlog of 5 (compiled in): a burst of new
+  // connections overflows it and the extra SYNs wait for a retransmit (1 s, then 3 s). listen()
+  // again on the bound socket raises the backlog; the socket is found by its port.
+  static void RaiseListenBacklog(int port) {
+    for (int fd = 0; fd < 4096; ++fd) {
+      sockaddr_storage address{};
+      socklen_t length = sizeof(address);
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
+      int listening = 0;
+      socklen_t size = sizeof(listening);
+      if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || !listening) continue;
+      int bound = -1;
+      if (address.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+      if (address.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+      if (bound == port && listen(fd, SOMAXCONN) == 0) return;
+    }
+    LOG_WARNING << "could not raise the listen backlog of port " << port
+                << ": bursts of new connections may wait for SYN retransmits";
   }
 };
 
@@ -518,7 +542,7 @@ int ServeMain(const std::vector<std::string>& args) {
                {"model_name", "name in the URLs (default: the model type, e.g. deepfm)"},
                {"host", "address to listen on", false, "127.0.0.1"},
                {"port", "port (0: any free port)", false, "8000"},
-               {"http_threads", "connection threads", false, "8"},
+               {"http_threads", "connection threads (each open keep-alive connection holds one)", false, "64"},
                {"max_batch_size", "most rows in one model execution", false, "1024"},
                {"max_queue_delay_us", "longest wait for more rows before running a batch", false, "0"},
                {"max_queue_size", "requests waiting for the model before 503", false, "256"},

@@ -32,7 +32,7 @@ struct ServeOptions {
   std::string model_name;   // default: the export directory's name
   std::string host = "127.0.0.1";
   int port = 8000;          // 0: any free port (see Server::port())
-  int http_threads = 8;
+  int http_threads = 64;      // one per open keep-alive connection (cpp-httplib holds a thread per connection)
   int64_t max_batch_rows = 1024;
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 256;        // requests waiting; more are answered 503
