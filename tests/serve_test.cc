@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -16,6 +18,7 @@
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/predict.h"
 #include "tzrec/serving/server.h"
+#include "tzrec/train/checkpoint.h"
 #include "tzrec/train/trainer.h"
 
 namespace tzrec {
@@ -268,6 +271,104 @@ TEST(Serve, AFullQueueAnswers503AndAMissingModelFailsAtStart) {
   EXPECT_NE(res->body.find("queue is full"), std::string::npos);
   options.model_path = Shared().dir.File("model");
   EXPECT_TZREC_ERROR(Server{options}, "is neither an export directory nor a directory of numbered");
+}
+
+// A new version appears under load: polled, swapped in with no failed request, every answer
+// computed by the version it names; a broken version is refused and the old one keeps serving.
+TEST(Serve, ReloadUnderLoadFailsNoRequestAndKeepsTheOldVersionWhenTheNewOneIsBroken) {
+  Fixture& f = Shared();
+  auto checkpoints = ListCheckpoints(f.dir.File("model"));
+  ASSERT_GE(checkpoints.size(), 2u);
+  // Version 1 from the first checkpoint, version 2 from the last: different weights.
+  auto export_version = [&](const std::string& checkpoint, const std::string& where) {
+    ExportOptions options;
+    options.pipeline_config_path = f.dir.File("model/pipeline.config");
+    options.checkpoint_path = checkpoint;
+    options.export_dir = where;
+    options.quant_from_environment = false;
+    ExportModel(options);
+  };
+  testing::TempDir repo;
+  export_version(checkpoints.front().path, repo.File("1"));
+  export_version(checkpoints.back().path, repo.File("staged2"));
+  std::map<std::string, std::vector<double>> expected;  // version -> probs of rows 0..9
+  for (const auto& [version, dir] : {std::pair<std::string, std::string>{"1", repo.File("1")},
+                                     {"2", repo.File("staged2")}}) {
+    PredictOptions predict;
+    predict.scripted_model_path = dir;
+    predict.predict_input_path = f.dir.File("data/eval/*.csv");
+    predict.predict_output_path = repo.File("pred" + version);
+    predict.output_columns = "probs";
+    predict.predict_steps = 1;
+    Predict(predict);
+    auto lines = Split(ReadFileToString(repo.File("pred" + version + "/part-0.csv")), "\n");
+    for (size_t i = 1; i <= 10; ++i) {
+      double p = 0;
+      ParseDouble(lines[i], &p);
+      expected[version].push_back(p);
+    }
+  }
+  ASSERT_NE(expected["1"], expected["2"]);
+
+  ServeOptions options = Options();
+  options.model_path = repo.path();
+  options.poll_interval_ms = 50;
+  RunningServer running(options);
+  std::atomic<bool> done{false};
+  std::atomic<int> failed{0}, wrong{0}, answered_by_2{0}, total{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = running.Client();
+      for (int r = 0; !done; ++r) {
+        const size_t row = (c + r) % 10;
+        auto res = client.Post("/v1/models/small:predict", Json{{"instances", {f.rows[row]}}}.dump(),
+                               "application/json");
+        ++total;
+        if (!res || res->status != 200) {
+          ++failed;
+          continue;
+        }
+        Json answer = Json::parse(res->body);
+        const std::string version = answer["model_version"];
+        if (version == "2") ++answered_by_2;
+        if (!expected.count(version) ||
+            std::abs(answer["predictions"][0]["probs"].get<double>() - expected[version][row]) > 1e-6) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  auto wait_for = [](const std::function<bool()>& condition) {
+    for (int i = 0; i < 400 && !condition(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return condition();
+  };
+  EXPECT_TRUE(wait_for([&] { return total > 40; }));
+  ASSERT_EQ(std::rename(repo.File("staged2").c_str(), repo.File("2").c_str()), 0);
+  EXPECT_TRUE(wait_for([&] { return answered_by_2 > 20; })) << "version 2 never answered";
+  // A broken version 3: refused, version 2 keeps serving.
+  export_version(checkpoints.front().path, repo.File("staged3"));
+  const std::string weights = repo.File("staged3/model.safetensors");
+  const std::string bytes = ReadFileToString(weights);
+  WriteFileAtomic(weights, bytes.substr(0, bytes.size() / 2));
+  ASSERT_EQ(std::rename(repo.File("staged3").c_str(), repo.File("3").c_str()), 0);
+  auto client = running.Client();
+  EXPECT_TRUE(wait_for([&] {
+    auto metrics = client.Get("/metrics");
+    return metrics && metrics->body.find("tzrec_model_failed_reloads_total 0") == std::string::npos;
+  }));
+  const int before = answered_by_2;
+  EXPECT_TRUE(wait_for([&] { return answered_by_2 > before + 20; }));
+  auto res = client.Post("/v2/repository/models/small/load", "", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("loading version 3 failed (version 2 keeps serving)"), std::string::npos)
+      << res->body;
+  done = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(total.load(), 100);
 }
 
 }  // namespace

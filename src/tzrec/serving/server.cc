@@ -23,6 +23,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "tzrec/batch/batch.h"
 #include "tzrec/common/error.h"
@@ -159,7 +160,26 @@ class Histogram {
   double sum_ = 0;
 };
 
+// One loaded version: what requests parsed with it are scored by.
+struct LoadedModel {
+  std::string dir, version;
+  Json manifest;
+  std::unique_ptr<Pipeline> pipeline;
+  std::string list_separator;
+};
+
+std::shared_ptr<LoadedModel> LoadModel(const std::string& dir, const std::string& version) {
+  auto model = std::make_shared<LoadedModel>();
+  model->dir = dir;
+  model->version = version;
+  model->manifest = ReadExportManifest(dir);
+  model->pipeline = LoadExportedPipeline(dir, PipelineMode::kPredict);
+  model->list_separator = model->pipeline->config.data_config().fg_encoded_multival_sep();
+  return model;
+}
+
 struct Job {
+  std::shared_ptr<LoadedModel> model;
   ParsedBatch parsed;
   Clock::time_point enqueued;
   std::promise<std::map<std::string, at::Tensor>> result;
@@ -169,11 +189,15 @@ struct Job {
 
 struct Server::Impl {
   ServeOptions options;
-  std::string model_dir, version, name;
-  Json manifest;
-  std::unique_ptr<Pipeline> pipeline;
-  std::string list_separator;
-  std::vector<std::string> output_names;
+  std::string name;
+  // The version new requests use; swapped whole by a reload (requests in flight keep theirs).
+  std::mutex model_mutex;
+  std::shared_ptr<LoadedModel> current;
+  std::mutex reload_mutex;  // one reload at a time
+  std::string failed_dir;   // the last version that failed to load (polls skip it)
+  std::condition_variable poll_wakeup;
+  std::thread poller;
+  std::atomic<uint64_t> reloads{0}, failed_reloads{0};
 
   httplib::Server http;
   int bound_port = 0;
@@ -189,25 +213,77 @@ struct Server::Impl {
   Histogram request_latency, queue_latency, fg_latency, model_latency;
 
   void Load() {
-    auto [dir, v] = ResolveVersion(options.model_path);
-    model_dir = dir;
-    version = v;
-    manifest = ReadExportManifest(dir);
-    pipeline = LoadExportedPipeline(dir, PipelineMode::kPredict);
-    name = options.model_name.empty() ? manifest.value("model", "model") : options.model_name;
-    list_separator = pipeline->config.data_config().fg_encoded_multival_sep();
-    for (const auto& output : manifest["outputs"]) output_names.push_back(output["name"]);
+    auto [dir, version] = ResolveVersion(options.model_path);
+    current = LoadModel(dir, version);
+    name = options.model_name.empty() ? current->manifest.value("model", "model") : options.model_name;
+  }
+
+  std::shared_ptr<LoadedModel> Current() {
+    std::lock_guard<std::mutex> lock(model_mutex);
+    return current;
+  }
+
+  // Loads the newest version when it differs from the current one (or always, `force`), then
+  // swaps it in; a version that fails to load leaves the current one serving. Returns the
+  // version serving afterwards.
+  std::string Reload(bool force) {
+    std::lock_guard<std::mutex> reload_lock(reload_mutex);
+    auto serving = Current();
+    std::string dir, version;
+    try {
+      std::tie(dir, version) = ResolveVersion(options.model_path);
+    } catch (const Error& e) {
+      ++failed_reloads;
+      throw RequestError(400, StrCat("reload: ", e.what()));
+    }
+    if (!force && (dir == serving->dir || dir == failed_dir)) return serving->version;
+    std::shared_ptr<LoadedModel> loaded;
+    try {
+      loaded = LoadModel(dir, version);
+    } catch (const Error& e) {
+      ++failed_reloads;
+      failed_dir = dir;
+      LOG_WARNING << "reload of " << dir << " failed; version " << serving->version
+                  << " keeps serving: " << e.what();
+      throw RequestError(400, StrCat("loading version ", version, " failed (version ",
+                                     serving->version, " keeps serving): ", e.what()));
+    }
+    {
+      std::lock_guard<std::mutex> lock(model_mutex);
+      current = loaded;
+    }
+    ++reloads;
+    LOG_INFO << "now serving version " << version << " (" << dir << ")";
+    return version;
+  }
+
+  void Poll() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stopping) {
+      poll_wakeup.wait_for(lock, std::chrono::milliseconds(options.poll_interval_ms));
+      if (stopping) break;
+      lock.unlock();
+      try {
+        Reload(false);
+      } catch (const std::exception&) {
+        // Logged once by Reload; polls skip that directory, the load call retries it.
+      }
+      lock.lock();
+    }
   }
 
   // Parses rows on the calling (HTTP) thread, then waits for the model thread's batch.
-  std::map<std::string, at::Tensor> Score(const std::vector<const Json*>& rows,
-                                          const std::string& source) {
+  // Returns the outputs and the version that computed them.
+  std::pair<std::map<std::string, at::Tensor>, std::string> Score(const std::vector<const Json*>& rows,
+                                                                   const std::string& source) {
     if (rows.empty()) throw RequestError(400, source + ": no rows");
     const auto start = Clock::now();
-    RecordBatch records = RowsToRecords(rows, list_separator, source);
     auto job = std::make_shared<Job>();
+    job->model = Current();
+    RecordBatch records = RowsToRecords(rows, job->model->list_separator, source);
+    const Pipeline& pipeline = *job->model->pipeline;
     try {
-      job->parsed = ParseFeatureRows(pipeline->FeaturePointers(), pipeline->generator.get(), records);
+      job->parsed = ParseFeatureRows(pipeline.FeaturePointers(), pipeline.generator.get(), records);
     } catch (const Error& e) {
       throw RequestError(400, e.what());
     }
@@ -224,13 +300,12 @@ struct Server::Impl {
       queue.push_back(job);
     }
     changed.notify_all();
-    return future.get();
+    return {future.get(), job->model->version};
   }
 
   void RunModel() {
     if (options.model_threads > 0) at::set_num_threads(options.model_threads);
     c10::NoGradGuard no_grad;
-    Model& model = *pipeline->model;
     while (true) {
       std::vector<std::shared_ptr<Job>> jobs;
       {
@@ -246,9 +321,11 @@ struct Server::Impl {
         while (!stopping && queued_rows() < options.max_batch_rows &&
                changed.wait_until(lock, deadline) != std::cv_status::timeout) {
         }
+        // One batch runs one version: it stops at a request parsed with another.
         int64_t total = 0;
         while (!queue.empty() &&
-               (jobs.empty() || total + queue.front()->parsed.size <= options.max_batch_rows)) {
+               (jobs.empty() || (total + queue.front()->parsed.size <= options.max_batch_rows &&
+                                 queue.front()->model == jobs.front()->model))) {
           total += queue.front()->parsed.size;
           jobs.push_back(std::move(queue.front()));
           queue.pop_front();
@@ -262,7 +339,7 @@ struct Server::Impl {
         ParsedBatch combined = std::move(jobs[0]->parsed);
         for (size_t i = 1; i < jobs.size(); ++i) combined.Append(jobs[i]->parsed);
         const int64_t size = combined.size;
-        Predictions predictions = model.Predict(ToBatch(std::move(combined)));
+        Predictions predictions = jobs.front()->model->pipeline->model->Predict(ToBatch(std::move(combined)));
         int64_t begin = 0;
         for (const auto& job : jobs) {
           const int64_t n = job->parsed.size;
@@ -305,7 +382,7 @@ struct Server::Impl {
     }
     std::vector<const Json*> rows;
     for (const auto& row : body["instances"]) rows.push_back(&row);
-    auto outputs = Score(rows, "instances");
+    auto [outputs, version] = Score(rows, "instances");
     Json predictions = Json::array();
     for (size_t r = 0; r < rows.size(); ++r) predictions.push_back(OutputsOfRow(outputs, r));
     return {{"predictions", std::move(predictions)}, {"model_version", version}};
@@ -338,7 +415,7 @@ struct Server::Impl {
     }
     std::vector<const Json*> rows;
     for (const auto& row : row_values) rows.push_back(&row);
-    auto outputs = Score(rows, "rank request");
+    auto [outputs, version] = Score(rows, "rank request");
     Json result = {{"item_ids", items}, {"model_version", version}};
     Json columns = Json::object();
     for (const auto& [key, tensor] : outputs) {
@@ -348,7 +425,10 @@ struct Server::Impl {
     return result;
   }
 
-  Json Metadata() const {
+  Json Metadata() {
+    const auto model = Current();
+    const Json& manifest = model->manifest;
+    const std::string& version = model->version;
     Json inputs = Json::array(), outputs = Json::array();
     auto kserve_dtype = [](const std::string& dtype) {
       return dtype == "int64" ? "INT64" : dtype == "float32" ? "FP32" : "BYTES";
@@ -379,6 +459,9 @@ struct Server::Impl {
     counter("tzrec_inference_rows_total", "rows scored", "", rows.load());
     counter("tzrec_inference_batches_total", "model executions (rows / batches = mean batch)", "",
             batches.load());
+    counter("tzrec_model_reloads_total", "new versions swapped in", "", reloads.load());
+    counter("tzrec_model_failed_reloads_total", "versions that failed to load (the old one kept serving)",
+            "", failed_reloads.load());
     request_latency.Print("tzrec_request_duration_seconds", "request latency", &out);
     queue_latency.Print("tzrec_queue_duration_seconds", "time a request waited for the model", &out);
     fg_latency.Print("tzrec_fg_duration_seconds", "feature generation per request", &out);
@@ -459,6 +542,12 @@ struct Server::Impl {
         return Rank(ParseBody(req));
       });
     });
+    http.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {
+      Route("POST", req, res, [&] {
+        CheckModel(req.matches[1]);
+        return Json{{"model_version", Reload(true)}};
+      });
+    });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(MetricsText(), "text/plain; version=0.0.4");
     });
@@ -508,13 +597,15 @@ Server::Server(const ServeOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->Load();
   impl_->Setup();
   impl_->worker = std::thread([this] { impl_->RunModel(); });
-  LOG_INFO << "serving " << impl_->name << " version " << impl_->version << " (" << impl_->model_dir
-           << ") on " << options.host << ":" << impl_->bound_port;
+  if (options.poll_interval_ms > 0) impl_->poller = std::thread([this] { impl_->Poll(); });
+  LOG_INFO << "serving " << impl_->name << " version " << impl_->current->version << " ("
+           << impl_->current->dir << ") on " << options.host << ":" << impl_->bound_port;
 }
 
 Server::~Server() {
   Stop();
   if (impl_->worker.joinable()) impl_->worker.join();
+  if (impl_->poller.joinable()) impl_->poller.join();
 }
 
 int Server::port() const { return impl_->bound_port; }
@@ -528,6 +619,7 @@ void Server::Stop() {
     impl_->stopping = true;
   }
   impl_->changed.notify_all();
+  impl_->poll_wakeup.notify_all();
 }
 
 namespace {
@@ -547,7 +639,9 @@ int ServeMain(const std::vector<std::string>& args) {
                {"max_queue_delay_us", "longest wait for more rows before running a batch", false, "0"},
                {"max_queue_size", "requests waiting for the model before 503", false, "256"},
                {"max_request_bytes", "largest request body (413 above)", false, "16777216"},
-               {"model_threads", "intra-op threads of the model (0: all cores)", false, "0"}});
+               {"model_threads", "intra-op threads of the model (0: all cores)", false, "0"},
+               {"poll_interval_ms", "look for a newer version this often and swap it in (0: only "
+                                    "POST /v2/repository/models/<name>/load)", false, "0"}});
   if (!flags.Parse(args)) return 0;
   ServeOptions options;
   options.model_path = flags.Get("model_path");
@@ -561,6 +655,7 @@ int ServeMain(const std::vector<std::string>& args) {
   options.max_queue_size = flags.GetInt("max_queue_size");
   options.max_request_bytes = flags.GetInt("max_request_bytes");
   options.model_threads = static_cast<int>(flags.GetInt("model_threads"));
+  options.poll_interval_ms = flags.GetInt("poll_interval_ms");
   // SIGTERM / SIGINT drain: the handler (any thread may take the signal) only writes to a
   // pipe; a watcher thread reads it and stops the server, which finishes what is in flight.
   Server server(options);

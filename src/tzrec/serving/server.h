@@ -12,6 +12,11 @@
 //                                  -> {"item_ids": [...], "outputs": {output: [one per item]}}
 //   GET  /v2/health/live, /v2/health/ready, /v2/models/<m> (KServe v2 metadata)
 //   GET  /metrics                  Prometheus text: requests, rows, batches, latencies
+//   POST /v2/repository/models/<m>/load  load the newest version now
+// Versions: `model_path` is an export or a directory of numbered exports (the highest serves).
+// A new version is loaded beside the serving one (polled, or on the load call) and swapped in
+// at once; requests parsed before the swap finish with the old one, so none fails, and a
+// version that does not load leaves the old one serving.
 // Requests are queued and run in dynamic batches (up to max_batch_rows rows, waiting at most
 // max_queue_delay_us for more) by one model thread; a full queue answers 503, a malformed
 // request 400 naming what is wrong, a body over max_request_bytes 413.
@@ -38,6 +43,7 @@ struct ServeOptions {
   int64_t max_queue_size = 256;        // requests waiting; more are answered 503
   int64_t max_request_bytes = 16 << 20;
   int model_threads = 0;               // intra-op threads of the forward; 0: all cores
+  int64_t poll_interval_ms = 0;        // > 0: swap in a newer version when one appears
 };
 
 class Server {
