@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <random>
 #include <thread>
 
@@ -150,6 +151,74 @@ TEST(Serve, PredictionsEqualPredictsForTheSameRows) {
   EXPECT_EQ(meta["name"], "small");
   EXPECT_EQ(meta["outputs"][0]["name"], "logits");
   EXPECT_EQ(meta["inputs"][0]["datatype"], "FP32");
+}
+
+// KServe v2 infer on generated features (TorchEasyRec's input names) answers what :predict
+// answers for the raw rows; bad tensors are 400s naming the input.
+TEST(Serve, KServeInferOnGeneratedFeaturesEqualsPredictOnRawRows) {
+  Fixture& f = Shared();
+  RunningServer running(Options());
+  auto client = running.Client();
+  const size_t n = 20;
+  Json x = Json::array(), c0 = Json::array(), c1 = Json::array();
+  Json c0_lengths = Json::array(), c1_lengths = Json::array();
+  for (size_t i = 0; i < n; ++i) {
+    double v = 0;
+    ParseDouble(f.rows[i]["x"].get<std::string>(), &v);
+    x.push_back(v);
+    // Cells hold ids separated by \x03 (multi-value); an empty cell is a row without ids.
+    for (auto [column, values, lengths] : {std::tuple{"c0", &c0, &c0_lengths}, std::tuple{"c1", &c1, &c1_lengths}}) {
+      int count = 0;
+      for (const std::string& text : Split(f.rows[i][column].get<std::string>(), "\x03")) {
+        int64_t id = 0;
+        if (!ParseInt64(text, &id)) continue;
+        values->push_back(id);
+        ++count;
+      }
+      lengths->push_back(count);
+    }
+  }
+  auto tensor = [](const std::string& name, const char* type, Json data, Json shape) {
+    return Json{{"name", name}, {"datatype", type}, {"shape", shape}, {"data", data}};
+  };
+  Json request = {{"id", "r1"},
+                  {"inputs", {tensor("x.values", "FP32", x, {n, 1}), tensor("c0.values", "INT64", c0, {c0.size()}),
+                              tensor("c0.lengths", "INT64", c0_lengths, {n}),
+                              tensor("c1.values", "INT64", c1, {c1.size()}),
+                              tensor("c1.lengths", "INT64", c1_lengths, {n})}},
+                  {"outputs", {{{"name", "probs"}}}}};
+  auto res = client.Post("/v2/models/small/infer", request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json answer = Json::parse(res->body);
+  EXPECT_EQ(answer["id"], "r1");
+  ASSERT_EQ(answer["outputs"].size(), 1u);
+  EXPECT_EQ(answer["outputs"][0]["name"], "probs");
+  EXPECT_EQ(answer["outputs"][0]["shape"], Json({n}));
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(answer["outputs"][0]["data"][i].get<double>(), f.probs[i], 1e-6) << i << " " << f.rows[i].dump();
+  }
+  auto expect_400 = [&](Json bad, const std::string& message) {
+    auto r = client.Post("/v2/models/small/infer", bad.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find(message), std::string::npos) << r->body;
+  };
+  Json bad = request;
+  bad["inputs"].erase(1);
+  expect_400(bad, "'c0.values' is missing");
+  bad = request;
+  bad["inputs"][1]["data"][0] = 50;
+  expect_400(bad, "'c0.values': id 50 out of range [0, 50)");
+  bad = request;
+  bad["inputs"][2]["data"][0] = bad["inputs"][2]["data"][0].get<int64_t>() + 1;
+  expect_400(bad, StrCat("'c0.values' has ", c0.size(), " ids, its lengths say ", c0.size() + 1));
+  bad = request;
+  bad["inputs"][0]["data"].erase(0);
+  expect_400(bad, "'c0.lengths' has 20 rows, others 19");
+  bad = request;
+  bad["outputs"][0]["name"] = "nope";
+  expect_400(bad, "the model has no output 'nope'");
 }
 
 TEST(Serve, ConcurrentKeepAliveClientsAreBatchedAndAnsweredExactly) {

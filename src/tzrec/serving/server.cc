@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cmath>
+#include <set>
 #include <chrono>
 #include <condition_variable>
 #include <arpa/inet.h>
@@ -128,6 +130,131 @@ RecordBatch RowsToRecords(const std::vector<const Json*>& rows, const std::strin
     records.line_numbers.push_back(static_cast<int64_t>(r));
   }
   return records;
+}
+
+// KServe v2 request tensors -> the features they encode, in TorchEasyRec's input names:
+// `<f>.values` (ids, INT64, or dense values, FP32 [rows, dim]), `<f>.lengths` (INT64: ids per
+// row; for sequences steps per row), optional `<f>.weights` (FP32, weighted features) and
+// `<f>.key_lengths` (INT64, ids per step of multi-value sequences; default 1). Everything is
+// checked (counts, id ranges, finite values) before the model sees it.
+ParsedBatch TensorsToParsed(const Pipeline& pipeline, const Json& body) {
+  if (!body.is_object() || !body.contains("inputs") || !body["inputs"].is_array()) {
+    throw RequestError(400, "expected {\"inputs\": [{\"name\", \"shape\", \"datatype\", \"data\"}, ...]}");
+  }
+  std::map<std::string, const Json*> inputs;
+  for (const auto& input : body["inputs"]) {
+    if (!input.is_object() || !input.contains("name") || !input["name"].is_string() ||
+        !input.contains("data") || !input["data"].is_array()) {
+      throw RequestError(400, "inputs: every input needs a string name and a data array");
+    }
+    inputs[input["name"].get<std::string>()] = &input;
+  }
+  auto numbers = [&](const std::string& name, bool required) -> const Json* {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) {
+      if (required) throw RequestError(400, StrCat("inputs: '", name, "' is missing"));
+      return nullptr;
+    }
+    for (const auto& v : (*it->second)["data"]) {
+      if (!v.is_number()) throw RequestError(400, StrCat("inputs: '", name, "' holds a non-number"));
+    }
+    return &(*it->second)["data"];
+  };
+  auto lengths_of = [&](const std::string& name, bool required) {
+    std::vector<int32_t> lengths;
+    const Json* data = numbers(name, required);
+    if (!data) return lengths;
+    for (const auto& v : *data) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
+        throw RequestError(400, StrCat("inputs: '", name, "' must hold non-negative integers"));
+      }
+      lengths.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+    return lengths;
+  };
+  auto sum = [](const std::vector<int32_t>& v) {
+    int64_t total = 0;
+    for (int32_t x : v) total += x;
+    return total;
+  };
+  ParsedBatch parsed;
+  int64_t rows = -1;
+  auto check_rows = [&](int64_t n, const std::string& name) {
+    if (rows < 0) rows = n;
+    if (n != rows) throw RequestError(400, StrCat("inputs: '", name, "' has ", n, " rows, others ", rows));
+  };
+  for (const Feature* feature : pipeline.FeaturePointers()) {
+    const std::string& f = feature->name();
+    if (feature->is_sparse()) {
+      SparseValues sparse;
+      sparse.sequence = feature->is_sequence();
+      sparse.lengths = lengths_of(f + ".lengths", true);
+      check_rows(static_cast<int64_t>(sparse.lengths.size()), f + ".lengths");
+      int64_t ids = sum(sparse.lengths);
+      if (sparse.sequence) {
+        sparse.key_lengths = lengths_of(f + ".key_lengths", false);
+        if (sparse.key_lengths.empty()) sparse.key_lengths.assign(ids, 1);
+        if (static_cast<int64_t>(sparse.key_lengths.size()) != ids) {
+          throw RequestError(400, StrCat("inputs: '", f, ".key_lengths' needs one entry per step (", ids, ")"));
+        }
+        ids = sum(sparse.key_lengths);
+      }
+      const Json& values = *numbers(f + ".values", true);
+      if (static_cast<int64_t>(values.size()) != ids) {
+        throw RequestError(400, StrCat("inputs: '", f, ".values' has ", values.size(), " ids, its lengths say ", ids));
+      }
+      for (const auto& v : values) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= feature->num_embeddings()) {
+          throw RequestError(400, StrCat("inputs: '", f, ".values': id ", v.dump(), " out of range [0, ",
+                                         feature->num_embeddings(), ")"));
+        }
+        sparse.values.push_back(v.get<int64_t>());
+      }
+      if (const Json* weights = numbers(f + ".weights", feature->weighted())) {
+        if (weights->size() != values.size()) {
+          throw RequestError(400, StrCat("inputs: '", f, ".weights' needs one weight per id"));
+        }
+        for (const auto& w : *weights) {
+          const double x = w.get<double>();
+          if (!std::isfinite(x)) throw RequestError(400, StrCat("inputs: '", f, ".weights' is not finite"));
+          sparse.weights.push_back(static_cast<float>(x));
+        }
+      }
+      parsed.sparse[f] = std::move(sparse);
+    } else {
+      DenseValues dense;
+      dense.dim = feature->value_dim();
+      dense.sequence = feature->is_sequence();
+      int64_t count;
+      if (dense.sequence) {
+        dense.lengths = lengths_of(f + ".lengths", true);
+        check_rows(static_cast<int64_t>(dense.lengths.size()), f + ".lengths");
+        count = sum(dense.lengths) * dense.dim;
+      } else {
+        count = -1;
+      }
+      const Json& values = *numbers(f + ".values", true);
+      if (!dense.sequence) {
+        if (values.size() % static_cast<size_t>(dense.dim) != 0) {
+          throw RequestError(400, StrCat("inputs: '", f, ".values' is not [rows, ", dense.dim, "]"));
+        }
+        check_rows(static_cast<int64_t>(values.size()) / dense.dim, f + ".values");
+        count = static_cast<int64_t>(values.size());
+      }
+      if (static_cast<int64_t>(values.size()) != count) {
+        throw RequestError(400, StrCat("inputs: '", f, ".values' has ", values.size(), " values, expected ", count));
+      }
+      for (const auto& v : values) {
+        const double x = v.get<double>();
+        if (!std::isfinite(x)) throw RequestError(400, StrCat("inputs: '", f, ".values' is not finite"));
+        dense.values.push_back(static_cast<float>(x));
+      }
+      parsed.dense[f] = std::move(dense);
+    }
+  }
+  if (rows <= 0) throw RequestError(400, "inputs: no rows");
+  parsed.size = rows;
+  return parsed;
 }
 
 // Latency histogram in Prometheus form (seconds).
@@ -288,6 +415,42 @@ struct Server::Impl {
       throw RequestError(400, e.what());
     }
     fg_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    return Enqueue(job);
+  }
+
+  // KServe v2 infer on generated features (no FG).
+  Json Infer(const Json& body) {
+    auto job = std::make_shared<Job>();
+    job->model = Current();
+    job->parsed = TensorsToParsed(*job->model->pipeline, body);
+    const int64_t rows = job->parsed.size;
+    auto [outputs, version] = Enqueue(job);
+    std::set<std::string> wanted;
+    if (body.contains("outputs") && body["outputs"].is_array()) {
+      for (const auto& o : body["outputs"]) {
+        if (!o.is_object() || !o.contains("name") || !o["name"].is_string()) {
+          throw RequestError(400, "outputs: every entry needs a string name");
+        }
+        wanted.insert(o["name"].get<std::string>());
+        if (!outputs.count(o["name"].get<std::string>())) {
+          throw RequestError(400, StrCat("outputs: the model has no output '", o["name"].get<std::string>(), "'"));
+        }
+      }
+    }
+    Json out = Json::array();
+    for (const auto& [key, tensor] : outputs) {
+      if (!wanted.empty() && !wanted.count(key)) continue;
+      Json shape = {rows};
+      for (int64_t d = 1; d < tensor.dim(); ++d) shape.push_back(tensor.size(d));
+      out.push_back({{"name", key}, {"datatype", "FP32"}, {"shape", shape},
+                     {"data", std::vector<float>(tensor.data_ptr<float>(), tensor.data_ptr<float>() + tensor.numel())}});
+    }
+    Json result = {{"model_name", name}, {"model_version", version}, {"outputs", std::move(out)}};
+    if (body.contains("id")) result["id"] = body["id"];
+    return result;
+  }
+
+  std::pair<std::map<std::string, at::Tensor>, std::string> Enqueue(const std::shared_ptr<Job>& job) {
     auto future = job->result.get_future();
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -540,6 +703,12 @@ struct Server::Impl {
       Route("POST", req, res, [&] {
         CheckModel(req.matches[1]);
         return Rank(ParseBody(req));
+      });
+    });
+    http.Post(R"(/v2/models/([^/]+)(?:/versions/[^/]+)?/infer)", [this](const httplib::Request& req, httplib::Response& res) {
+      Route("POST", req, res, [&] {
+        CheckModel(req.matches[1]);
+        return Infer(ParseBody(req));
       });
     });
     http.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {

@@ -10,6 +10,8 @@
 //                                  "item_ids": [...], "item_id_column": "<column>" (default
 //                                  item_id), "context_features": {column: [one per item]}}
 //                                  -> {"item_ids": [...], "outputs": {output: [one per item]}}
+//   POST /v2/models/<m>/infer      KServe v2 on generated features: `<f>.values` / `.lengths` /
+//                                  `.weights` / `.key_lengths` tensors (TorchEasyRec's names), no FG
 //   GET  /v2/health/live, /v2/health/ready, /v2/models/<m> (KServe v2 metadata)
 //   GET  /metrics                  Prometheus text: requests, rows, batches, latencies
 //   POST /v2/repository/models/<m>/load  load the newest version now
