@@ -3,10 +3,12 @@
 # by bench/serve_load.cc over keep-alive connections on this machine (the load generator
 # shares its cores with the server):
 #   - rank requests, one user plus ITEMS items (feature generation included): saturation
-#     (closed loop) in items/s, then p50/p99 latency at half that request rate (open loop);
+#     (closed loop) in items/s, then p50/p99 latency at half that request rate (open loop),
+#     and the same while the model is reloaded three times;
 #   - single-row :predict requests from 16 connections with a 500 us batching window: req/s
 #     and p99.
-# Last line: `serve rank_p50_ms=... rank_p99_ms=... saturation_items_per_sec=... single_rps=...`.
+# Last line: `serve rank_p50_ms=... rank_p99_ms=... reload_p99_ms=... reload_failures=...
+# saturation_items_per_sec=... single_rps=... single_p99_ms=...`.
 #
 # Env: ITEMS (100), SECONDS_PER_RUN (5), MODEL_THREADS (1), ROWS of bench data (40960).
 set -euo pipefail
@@ -59,6 +61,19 @@ rps=$(echo "$saturated" | field requests_per_sec)
 half=$(awk -v r=$rps 'BEGIN {printf "%.1f", r / 2}')
 paced=$(build/tzrec_serve_load $PORT /v1/models/deepfm/rank $OUT/rank.json 4 $((SECONDS_PER_RUN * 2)) $half)
 echo "[bench] rank at $half requests/s (half of saturation), open loop: $paced"
+# The same load while the model is reloaded three times (each loads the whole export beside
+# the serving one and swaps it in).
+build/tzrec_serve_load $PORT /v1/models/deepfm/rank $OUT/rank.json 4 $((SECONDS_PER_RUN * 2)) $half \
+  >$OUT/reload_load.txt &
+LOAD_PID=$!
+for i in 1 2 3; do
+  sleep $(awk -v s=$SECONDS_PER_RUN 'BEGIN {printf "%.1f", s * 0.5}')
+  curl -s -XPOST -d '' localhost:$PORT/v2/repository/models/deepfm/load >/dev/null
+done
+wait $LOAD_PID
+reload=$(cat $OUT/reload_load.txt)
+echo "[bench] rank at $half requests/s during 3 reloads: $reload"
+echo "[bench]   $(curl -s localhost:$PORT/metrics | grep -E '^tzrec_model_reloads_total')"
 stop_server
 
 start_server --max_queue_delay_us=500
@@ -69,5 +84,6 @@ stop_server
 
 items_per_sec=$(awk -v r=$rps -v n=$ITEMS 'BEGIN {printf "%.0f", r * n}')
 echo "serve rank_p50_ms=$(echo "$paced" | field p50_ms) rank_p99_ms=$(echo "$paced" | field p99_ms)" \
+  "reload_p99_ms=$(echo "$reload" | field p99_ms) reload_failures=$(echo "$reload" | sed -n 's/.*failures=\([0-9]*\).*/\1/p')" \
   "saturation_items_per_sec=$items_per_sec single_rps=$(echo "$single" | field requests_per_sec)" \
   "single_p99_ms=$(echo "$single" | field p99_ms)"

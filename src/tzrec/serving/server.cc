@@ -302,6 +302,29 @@ std::shared_ptr<LoadedModel> LoadModel(const std::string& dir, const std::string
   model->manifest = ReadExportManifest(dir);
   model->pipeline = LoadExportedPipeline(dir, PipelineMode::kPredict);
   model->list_separator = model->pipeline->config.data_config().fg_encoded_multival_sep();
+  // Warm-up before the version serves: one forward on a few synthetic rows (id 0 for every
+  // sparse feature, zeros for dense ones) so that its first requests do not pay for one-time
+  // allocations and kernel setup.
+  ParsedBatch warm;
+  warm.size = 8;
+  for (const Feature* feature : model->pipeline->FeaturePointers()) {
+    if (feature->is_sparse()) {
+      SparseValues& sparse = warm.sparse[feature->name()];
+      sparse.sequence = feature->is_sequence();
+      sparse.values.assign(warm.size, 0);
+      sparse.lengths.assign(warm.size, 1);
+      if (sparse.sequence) sparse.key_lengths.assign(warm.size, 1);
+      if (feature->weighted()) sparse.weights.assign(warm.size, 1.0f);
+    } else {
+      DenseValues& dense = warm.dense[feature->name()];
+      dense.dim = feature->value_dim();
+      dense.sequence = feature->is_sequence();
+      dense.values.assign(warm.size * dense.dim, 0.0f);
+      if (dense.sequence) dense.lengths.assign(warm.size, 1);
+    }
+  }
+  c10::NoGradGuard no_grad;
+  model->pipeline->model->Predict(ToBatch(std::move(warm)));
   return model;
 }
 
