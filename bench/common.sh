@@ -29,3 +29,21 @@ prepare_criteo_export() {
     --export_dir=$out/export_int8 >>$out/export.log 2>&1
   echo "$rows" > $out/rows
 }
+
+# use_best_openblas_core: exports OPENBLAS_CORETYPE as the kernel set this CPU runs fastest
+# (the choice tzrec makes at start-up, src/tzrec/kernels/blas_core.cc: SkylakeX with AVX-512,
+# Zen or Haswell with AVX2), so both sides of a comparison get it whatever the environment
+# set; prints the CPU and the choice.
+use_best_openblas_core() {
+  local flags best="" had=${OPENBLAS_CORETYPE:-unset}
+  flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  has() { grep -qw "$1" <<<"$flags"; }
+  if has avx512f && has avx512bw && has avx512dq && has avx512vl && has avx512cd; then
+    best=SkylakeX
+  elif has avx2 && has fma; then
+    if grep -q AuthenticAMD /proc/cpuinfo; then best=Zen; else best=Haswell; fi
+  fi
+  if [ -n "$best" ]; then export OPENBLAS_CORETYPE=$best; fi
+  echo "[bench] CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //');" \
+    "OpenBLAS core for both sides: ${best:-OpenBLAS default} (the environment had $had)"
+}

@@ -9,7 +9,7 @@
 # runs. Last line: `predict ratio=<ours parquet fp32 / reference> rows_per_sec=<ours>`.
 #
 # Env: RUNS (3), ROWS predicted (409600), THREADS (all cores).
-# OPENBLAS_CORETYPE is left as the environment has it, for both sides alike.
+# OPENBLAS_CORETYPE is set to the CPU's best OpenBLAS core for both sides (use_best_openblas_core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -28,6 +28,7 @@ fi
 scripts/build.sh tzrec >/dev/null
 TCMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
 export OMP_NUM_THREADS=$THREADS
+use_best_openblas_core
 
 prepare_criteo_export $OUT $ROWS
 
@@ -74,4 +75,6 @@ for i in "${!names[@]}"; do
   echo "ours ${names[$i]}: $(echo ${results[$i]} | tr ' ' '\n' | median) rows/s (median of $RUNS)"
 done
 echo "reference (forward only, batches in memory): $(echo ${results[ref]} | tr ' ' '\n' | median) rows/s"
+echo "BLAS cores: ours $(sed -n 's/.*runtime: OpenBLAS core \([A-Za-z0-9]*\).*/\1/p' $OUT/predict.log | head -1)," \
+  "reference $(sed -n 's/.*blas_core=\([A-Za-z0-9]*\).*/\1/p' $OUT/reference.log | head -1)"
 echo "predict ratio=$(printf '%s\n' "${ratios[@]}" | median | awk '{printf "%.2f", $1}') rows_per_sec=$(echo ${results[0]} | tr ' ' '\n' | median)"

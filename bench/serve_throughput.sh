@@ -11,6 +11,7 @@
 # saturation_items_per_sec=... single_rps=... single_p99_ms=...`.
 #
 # Env: ITEMS (100), SECONDS_PER_RUN (5), MODEL_THREADS (1), ROWS of bench data (40960).
+# OPENBLAS_CORETYPE is set to the CPU's best OpenBLAS core (use_best_openblas_core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -20,6 +21,7 @@ MODEL_THREADS=${MODEL_THREADS:-1}
 ROWS=${ROWS:-40960}
 OUT=bench/out/serve
 mkdir -p $OUT
+use_best_openblas_core
 
 scripts/install_deps.sh
 scripts/build.sh tzrec tzrec_serve_load >/dev/null

@@ -504,13 +504,7 @@ namespace {
 // exactly the rows (and the probabilities) of one process, in part-0 and part-1, nothing else.
 TEST(Distributed, PredictUnderLaunchWritesOnePartPerRank) {
   testing::TempDir dir;
-  std::string config = testing::WriteSmallConfig(dir);
-  TrainAndEvaluate(testing::SmallOptions(dir, config, dir.File("model")));
-  ExportOptions export_options;
-  export_options.pipeline_config_path = dir.File("model/pipeline.config");
-  export_options.export_dir = dir.File("export");
-  export_options.quant_from_environment = false;
-  ExportModel(export_options);
+  testing::TrainAndExportSmallModel(dir);
   const std::string predict = " predict --scripted_model_path=" + dir.File("export") +
                               " --predict_input_path='" + dir.File("data/train/*.csv") +
                               "' --reserved_columns=label,x";

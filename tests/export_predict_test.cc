@@ -72,6 +72,16 @@ TEST(TableQuantization, Int8RowwiseHasTorchRecsLayoutAndBoundedError) {
   EXPECT_TRUE(at::equal(DequantizeTable(half, TableDtype::kFP16, 16, "t"), w.to(at::kHalf).to(at::kFloat)));
   EXPECT_TRUE(at::equal(DequantizeTable(QuantizeTable(w, TableDtype::kFP32), TableDtype::kFP32, 16, "t"), w));
   EXPECT_TZREC_ERROR(DequantizeTable(q, TableDtype::kINT8, 8, "table [x]"), "table [x]");
+  // Finiteness without decoding: an INT8 row is finite exactly when its scale and bias are.
+  EXPECT_TRUE(StoredTableFinite(q, TableDtype::kINT8, 16));
+  at::Tensor broken = q.clone();
+  const c10::Half inf = std::numeric_limits<float>::infinity();
+  std::memcpy(broken[7].data_ptr<uint8_t>() + 16, &inf.x, 2);
+  EXPECT_FALSE(StoredTableFinite(broken, TableDtype::kINT8, 16));
+  EXPECT_FALSE(at::isfinite(DequantizeTable(broken, TableDtype::kINT8, 16, "t")[7]).all().item<bool>());
+  at::Tensor nan_half = half.clone();
+  nan_half[3][2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(StoredTableFinite(nan_half, TableDtype::kFP16, 16));
 }
 
 TEST(TableQuantization, SettingsAreTorchEasyRecs) {

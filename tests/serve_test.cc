@@ -35,13 +35,7 @@ struct Fixture {
   std::vector<double> probs;
 
   Fixture() {
-    std::string config = testing::WriteSmallConfig(dir);
-    TrainAndEvaluate(testing::SmallOptions(dir, config, dir.File("model")));
-    ExportOptions export_options;
-    export_options.pipeline_config_path = dir.File("model/pipeline.config");
-    export_options.export_dir = dir.File("export");
-    export_options.quant_from_environment = false;
-    ExportModel(export_options);
+    testing::TrainAndExportSmallModel(dir);
     PredictOptions predict;
     predict.scripted_model_path = dir.File("export");
     predict.predict_input_path = dir.File("data/eval/*.csv");

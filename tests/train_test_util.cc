@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tzrec/config/pipeline_config.h"
+#include "tzrec/serving/exported_model.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/runtime.h"
@@ -92,6 +93,17 @@ std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
     it = is_state ? all.erase(it) : std::next(it);
   }
   return all;
+}
+
+std::string TrainAndExportSmallModel(const TempDir& dir) {
+  std::string config = WriteSmallConfig(dir);
+  TrainAndEvaluate(SmallOptions(dir, config, dir.File("model")));
+  ExportOptions options;
+  options.pipeline_config_path = dir.File("model/pipeline.config");
+  options.export_dir = dir.File("export");
+  options.quant_from_environment = false;
+  ExportModel(options);
+  return options.export_dir;
 }
 
 void DeterministicRuntime() {

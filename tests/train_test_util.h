@@ -22,6 +22,9 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
 // A small DeepFM config (20 steps of 64, checkpoints every 10) written to dir/small.config,
 // with generated data under dir/data (1000 train rows in 2 files, 300 eval rows).
 std::string WriteSmallConfig(const TempDir& dir, const std::string& dataset_type = "CsvDataset");
+// Trains the small config (WriteSmallConfig) into dir/model and exports its last checkpoint
+// to dir/export with the default (INT8) pooled tables; returns dir/export.
+std::string TrainAndExportSmallModel(const TempDir& dir);
 TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
                               const std::string& model_dir);
 // The weights of a checkpoint (table optimizer state left out).

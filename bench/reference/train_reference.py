@@ -376,6 +376,17 @@ def exact_auc(probs, labels):
 
 
 # ---------------------------------------------------------------------------
+def openblas_core():
+    """The kernel set of the OpenBLAS in this process (what OPENBLAS_CORETYPE chose)."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "not-openblas"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
@@ -396,8 +407,9 @@ def main():
         ap.error("--epochs needs --eval")
 
     torch.set_num_threads(args.threads)
-    print("torch=%s numpy=%s threads=%d model=%s batch_size=%d" % (
-        torch.__version__, np.__version__, torch.get_num_threads(), args.model, args.batch_size))
+    print("torch=%s numpy=%s threads=%d model=%s batch_size=%d blas_core=%s" % (
+        torch.__version__, np.__version__, torch.get_num_threads(), args.model, args.batch_size,
+        openblas_core()))
 
     t = time.perf_counter()
     train_batches = make_batches(load_csv(args.train), args.batch_size)

@@ -13,8 +13,10 @@
 namespace tzrec {
 namespace {
 
-void ReferenceForward(const float* data, int row_width, int dim,
-                      const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+// Pooling over bags, with `value(row, d)` the d-th value of storage row `row`.
+template <typename RowValue>
+void ReferencePool(int dim, const std::vector<LookupArgs>& lookups, int64_t bags, float* out,
+                   const RowValue& value) {
   const int64_t out_width = static_cast<int64_t>(lookups.size()) * dim;
   for (int64_t b = 0; b < bags; ++b) {
     for (size_t k = 0; k < lookups.size(); ++k) {
@@ -22,7 +24,7 @@ void ReferenceForward(const float* data, int row_width, int dim,
       for (int d = 0; d < dim; ++d) {
         float sum = 0.0f;
         for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
-          sum += (l.weights ? l.weights[i] : 1.0f) * data[(l.first_row + l.values[i]) * row_width + d];
+          sum += (l.weights ? l.weights[i] : 1.0f) * value(l.first_row + l.values[i], d);
         }
         const int64_t count = l.offsets[b + 1] - l.offsets[b];
         out[b * out_width + k * dim + d] = (l.mean && count > 0) ? sum / count : sum;
@@ -31,30 +33,23 @@ void ReferenceForward(const float* data, int row_width, int dim,
   }
 }
 
+void ReferenceForward(const float* data, int row_width, int dim,
+                      const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+  ReferencePool(dim, lookups, bags, out,
+                [&](int64_t row, int d) { return data[row * row_width + d]; });
+}
+
 // INT8 row-wise rows: each code dequantised as code * scale + bias (fp16 scale and bias read
-// through c10::Half), then pooled as ReferenceForward does.
+// through c10::Half).
 void ReferenceForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
                           const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
-  const int64_t out_width = static_cast<int64_t>(lookups.size()) * dim;
-  for (int64_t b = 0; b < bags; ++b) {
-    for (size_t k = 0; k < lookups.size(); ++k) {
-      const LookupArgs& l = lookups[k];
-      for (int d = 0; d < dim; ++d) {
-        float sum = 0.0f;
-        for (int64_t i = l.offsets[b]; i < l.offsets[b + 1]; ++i) {
-          const uint8_t* row = data + (l.first_row + l.values[i]) * row_bytes;
-          c10::Half scale, bias;
-          std::memcpy(&scale.x, row + dim, 2);
-          std::memcpy(&bias.x, row + dim + 2, 2);
-          const float value = static_cast<float>(row[d]) * static_cast<float>(scale) +
-                              static_cast<float>(bias);
-          sum += (l.weights ? l.weights[i] : 1.0f) * value;
-        }
-        const int64_t count = l.offsets[b + 1] - l.offsets[b];
-        out[b * out_width + k * dim + d] = (l.mean && count > 0) ? sum / count : sum;
-      }
-    }
-  }
+  ReferencePool(dim, lookups, bags, out, [&](int64_t row, int d) {
+    const uint8_t* bytes = data + row * row_bytes;
+    c10::Half scale, bias;
+    std::memcpy(&scale.x, bytes + dim, 2);
+    std::memcpy(&bias.x, bytes + dim + 2, 2);
+    return static_cast<float>(bytes[d]) * static_cast<float>(scale) + static_cast<float>(bias);
+  });
 }
 
 void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,

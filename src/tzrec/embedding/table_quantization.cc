@@ -99,8 +99,14 @@ at::Tensor QuantizeTable(const at::Tensor& weight, TableDtype dtype) {
   return out;
 }
 
-at::Tensor DequantizeTable(const at::Tensor& stored, TableDtype dtype, int64_t dim,
-                           const std::string& what) {
+bool StoredTableFinite(const at::Tensor& stored, TableDtype dtype, int64_t dim) {
+  if (dtype != TableDtype::kINT8) return at::isfinite(stored).all().item<bool>();
+  // code * scale + bias with code <= 255 and fp16 scale and bias stays within fp32's range.
+  at::Tensor tail = stored.narrow(1, dim, kInt8Tail).contiguous().view(at::kHalf);
+  return at::isfinite(tail).all().item<bool>();
+}
+
+void CheckStoredTable(const at::Tensor& stored, TableDtype dtype, int64_t dim, const std::string& what) {
   const at::ScalarType expected = dtype == TableDtype::kFP32   ? at::kFloat
                                   : dtype == TableDtype::kFP16 ? at::kHalf
                                                                : at::kByte;
@@ -110,6 +116,11 @@ at::Tensor DequantizeTable(const at::Tensor& stored, TableDtype dtype, int64_t d
          at::toString(expected), " [rows, ", width, "], found ", at::toString(stored.scalar_type()),
          " ", stored.sizes());
   }
+}
+
+at::Tensor DequantizeTable(const at::Tensor& stored, TableDtype dtype, int64_t dim,
+                           const std::string& what) {
+  CheckStoredTable(stored, dtype, dim, what);
   if (dtype != TableDtype::kINT8) return stored.to(at::kFloat).contiguous();
   at::Tensor s = stored.contiguous();
   const int64_t rows = s.size(0);

@@ -28,6 +28,11 @@ int64_t TableRowBytes(TableDtype dtype, int64_t dim);
 // [rows, dim + 4]. INT8 per row: scale = (max - min) / 255 rounded to fp16 (1 when that is 0),
 // bias = min rounded to fp16, code = round((w - bias) / scale) clamped to [0, 255].
 at::Tensor QuantizeTable(const at::Tensor& weight, TableDtype dtype);
+// Fails naming `what` unless `stored` is the stored form of a `dim` table of `dtype`.
+void CheckStoredTable(const at::Tensor& stored, TableDtype dtype, int64_t dim, const std::string& what);
+// True when every value the stored table decodes to is finite (for INT8 rows: their scale and
+// bias, which is the same thing, without decoding the table).
+bool StoredTableFinite(const at::Tensor& stored, TableDtype dtype, int64_t dim);
 // The stored form back to fp32 [rows, dim]; `stored` is checked against dtype and dim, errors
 // naming `what`.
 at::Tensor DequantizeTable(const at::Tensor& stored, TableDtype dtype, int64_t dim,

@@ -68,15 +68,19 @@ int BlasCoreLevel(const std::string& core_name) {
   return -1;
 }
 
-std::string ChooseBlasCore(const CpuBlasFeatures& cpu, const std::string& running_core,
-                           const std::string& user_coretype, bool force) {
-  if (running_core.empty()) return "";               // not OpenBLAS
-  if (!user_coretype.empty() && !force) return "";   // the user chose
+std::string FasterBlasCoreFor(const CpuBlasFeatures& cpu, const std::string& running_core) {
   const std::string best = BestBlasCoreFor(cpu);
   if (best.empty()) return "";
   const int running = BlasCoreLevel(running_core);
   if (running < 0) return "";  // a core newer than this table: OpenBLAS knows better
   return running < BlasCoreLevel(best) ? best : "";
+}
+
+std::string ChooseBlasCore(const CpuBlasFeatures& cpu, const std::string& running_core,
+                           const std::string& user_coretype, bool force) {
+  if (running_core.empty()) return "";               // not OpenBLAS
+  if (!user_coretype.empty() && !force) return "";   // the user chose
+  return FasterBlasCoreFor(cpu, running_core);
 }
 
 std::string RunningOpenBlasCore() {

@@ -29,6 +29,10 @@ std::string BestBlasCoreFor(const CpuBlasFeatures& cpu);
 // 0 = generic SSE-era kernels ... 3 = AVX-512 kernels; -1 for a name it does not know.
 int BlasCoreLevel(const std::string& core_name);
 
+// The better core `cpu` supports when `running_core` is a lower level, else "" (also for an
+// unknown core name: a core newer than this table).
+std::string FasterBlasCoreFor(const CpuBlasFeatures& cpu, const std::string& running_core);
+
 // The core to restart with, or "" to keep the running one: only when the running core is a
 // lower level than the CPU supports. `user_coretype` is OPENBLAS_CORETYPE as the user set it
 // (respected unless `force`).

@@ -105,14 +105,6 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string Md5Name(const std::string& path, const std::string& content) {
-  const std::string base = BaseName(path);
-  const size_t dot = base.rfind('.');
-  const std::string stem = dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
-  const std::string ext = dot == std::string::npos || dot == 0 ? "" : base.substr(dot);
-  return stem + "_" + Md5Hex(content) + ext;
-}
-
 std::string AbsolutePath(const std::string& path) {
   if (!path.empty() && path[0] == '/') return path;
   char* cwd = getcwd(nullptr, 0);
@@ -307,7 +299,7 @@ std::string ExportModel(const ExportOptions& options) {
         Fail(where, ": asset file '", resolved, "' not found");
       }
       std::string content = ReadFileToString(resolved);
-      const std::string name = Md5Name(resolved, content);
+      const std::string name = AssetCopyName(resolved, content);
       owner->GetReflection()->SetString(owner, field, name);
       copied.emplace(name, std::move(content));
     });
@@ -459,10 +451,12 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
       Fail(what, ": unknown dtype '", table.value("dtype", ""), "'");
     }
     at::Tensor stored = TensorOf(weights.Get(tensor), what);
-    at::Tensor weight = DequantizeTable(stored, dtype, table.value("dim", 0), what);
-    if (!AllFinite(weight)) Fail(what, " has non-finite values");
-    // INT8 tables kept INT8 take the stored rows as they are.
-    tables[name]["weight"] = pipeline->int8_tables.count(name) ? stored : weight;
+    const int64_t dim = table.value("dim", 0);
+    CheckStoredTable(stored, dtype, dim, what);
+    if (!StoredTableFinite(stored, dtype, dim)) Fail(what, " has non-finite values");
+    // INT8 tables kept INT8 take the stored rows as they are; others are decoded to fp32.
+    tables[name]["weight"] = pipeline->int8_tables.count(name) ? stored
+                                                               : DequantizeTable(stored, dtype, dim, what);
   }
   model.embedding_collection().RestoreTables(tables, false, "export '" + export_dir + "'",
                                              [&](const std::string& what) {

@@ -376,7 +376,7 @@ int64_t Predict(const PredictOptions& options) {
     BatchStream stream(*dataset, 0);
     Batch batch;
     int64_t steps = 0;
-    const int64_t log_every = std::max<int64_t>(1, data.batch_size() > 0 ? 100 : 100);
+    constexpr int64_t kLogEvery = 100;  // batches
     while ((options.predict_steps == 0 || steps < options.predict_steps) && stream.Next(&batch)) {
       Predictions predictions = model.Predict(batch);
       OutputChunk chunk;
@@ -389,7 +389,7 @@ int64_t Predict(const PredictOptions& options) {
       }
       rows_written += chunk.rows;
       writer.Push(std::move(chunk));
-      if (++steps % log_every == 0) LOG_INFO << "Predict: " << steps << " batches, " << rows_written << " rows";
+      if (++steps % kLogEvery == 0) LOG_INFO << "Predict: " << steps << " batches, " << rows_written << " rows";
     }
     writer.Finish();
   } catch (...) {

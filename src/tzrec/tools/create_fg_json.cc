@@ -266,9 +266,7 @@ class FgJsonBuilder {
       Fail(info.config_path, ".", field, ": asset file '", path, "' not found");
     }
     std::string content = ReadFileToString(path);
-    size_t slash = path.rfind('/');
-    auto [stem, ext] = SplitExt(slash == std::string::npos ? path : path.substr(slash + 1));
-    std::string name = stem + "_" + Md5Hex(content) + ext;
+    std::string name = AssetCopyName(path, content);
     bool known = false;
     for (const FgAsset& asset : *assets_) known = known || asset.name == name;
     if (!known) assets_->push_back({path, name, std::move(content)});
@@ -748,6 +746,12 @@ nlohmann::ordered_json BuildFgJson(const protos::EasyRecConfig& config, bool rem
   Json out;
   out["features"] = std::move(features);
   return out;
+}
+
+std::string AssetCopyName(const std::string& path, std::string_view content) {
+  const size_t slash = path.rfind('/');
+  auto [stem, ext] = SplitExt(slash == std::string::npos ? path : path.substr(slash + 1));
+  return stem + "_" + Md5Hex(content) + ext;
 }
 
 std::string CreateFgJson(const protos::EasyRecConfig& config, const CreateFgJsonOptions& options) {

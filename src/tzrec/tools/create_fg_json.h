@@ -50,6 +50,10 @@ struct CreateFgJsonOptions {
 // files. Nothing is written when building fails. Returns the path of the written fg.json.
 std::string CreateFgJson(const protos::EasyRecConfig& config, const CreateFgJsonOptions& options);
 
+// The name an asset file is copied under: `<stem>_<md5 of content><ext>` of the file name of
+// `path` (Python's os.path.splitext rules).
+std::string AssetCopyName(const std::string& path, std::string_view content);
+
 // MD5 (RFC 1321) of `data` as 32 lower-case hex digits.
 std::string Md5Hex(std::string_view data);
 

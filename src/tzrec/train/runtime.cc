@@ -65,9 +65,9 @@ void InitRuntime() {
   static std::once_flag logged;
   std::call_once(logged, [threads] {
     const std::string running = RunningOpenBlasCore();
-    const std::string best = BestBlasCoreFor(DetectCpuBlasFeatures());
-    if (!running.empty() && !best.empty() && BlasCoreLevel(running) >= 0 &&
-        BlasCoreLevel(running) < BlasCoreLevel(best)) {
+    const std::string best =
+        running.empty() ? "" : FasterBlasCoreFor(DetectCpuBlasFeatures(), running);
+    if (!best.empty()) {
       LOG_WARNING << "OpenBLAS runs its '" << running << "' kernels although this CPU can run "
                   << "its faster '" << best << "' ones (GEMMs about 2x faster per level; "
                   << "its generic kernels are 3-5x slower); unset OPENBLAS_CORETYPE or set it to "
