@@ -12,6 +12,7 @@ PACKAGES=(
   libgoogle-perftools-dev
   nlohmann-json3-dev libdnnl-dev
   libcpp-httplib-dev  # tzrec serve
+  python3-torch  # tests: scripted_model.pt loads in Python torch; bench references
   libgtest-dev googletest
   libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev
   libfarmhash-dev libmuparser-dev libsentencepiece-dev sentencepiece libopencc-dev libutf8proc-dev

@@ -11,6 +11,8 @@
 #include <map>
 #include <tuple>
 
+#include <torch/csrc/jit/serialization/import.h>
+
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/batch/batch_stream.h"
@@ -24,6 +26,7 @@
 #include "tzrec/kernels/cpu_kernels.h"
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/predict.h"
+#include "tzrec/serving/scripted_model.h"
 #include "tzrec/tools/create_fg_json.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/checkpoint.h"
@@ -262,6 +265,73 @@ std::map<std::string, std::vector<double>> RunPredict(PredictOptions options,
   return ReadCsvColumns(JoinPath(output_dir, "part-0.csv"));
 }
 
+// scripted_model.pt of `export_dir` loaded by LibTorch and run over `input` batch by batch, its
+// predictions compared with `expected` (what the model computes for those rows); the first batch
+// is also run by Python torch (/usr/bin/python3, Debian's python3-torch) through
+// tests/interop/scripted_model_parity.py. Returns the largest difference of both.
+double CheckScriptedModel(const std::string& export_dir, const std::string& input,
+                          const std::map<std::string, std::vector<double>>& expected, const TempDir& dir) {
+  EXPECT_EQ(ReadExportManifest(export_dir)["scripted_model"], kScriptedModelFile);
+  const std::string export_name = export_dir.substr(export_dir.rfind('/') + 1);
+  const std::string model_path = JoinPath(export_dir, kScriptedModelFile);
+  torch::jit::Module module = torch::jit::load(model_path);
+  auto pipeline = LoadExportedPipeline(export_dir, PipelineMode::kPredict);
+  auto dataset = pipeline->MakeDataset(input, DatasetMode::kPredict, 1, nullptr);
+  BatchStream stream(*dataset, 0);
+  Batch batch;
+  std::map<std::string, std::vector<double>> got;
+  nlohmann::json cases;
+  c10::NoGradGuard no_grad;
+  while (stream.Next(&batch)) {
+    auto inputs = ScriptedInputs(batch, pipeline->FeaturePointers());
+    auto outputs = RunScriptedModule(module, inputs);
+    const bool first = cases.empty();
+    for (const auto& [name, tensor] : outputs) {
+      at::Tensor t = tensor.contiguous();
+      got[name].insert(got[name].end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+      if (first) cases["outputs"][name] = got[name];
+    }
+    if (!first) continue;
+    for (const auto& [name, tensor] : inputs) {
+      at::Tensor t = tensor.contiguous();
+      nlohmann::json spec = {{"shape", t.sizes().vec()}};
+      if (t.scalar_type() == at::kLong) {
+        spec["dtype"] = "int64";
+        spec["data"] = std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+      } else {
+        spec["dtype"] = "float32";
+        spec["data"] = std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+      }
+      cases["inputs"][name] = spec;
+    }
+  }
+  double worst = 0;
+  EXPECT_EQ(got.size(), expected.size());
+  for (const auto& [name, values] : expected) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(got.count(name));
+    worst = std::max(worst, MaxAbsDiff(got[name], values));
+  }
+  // Python: the same module and the first batch's inputs.
+  const std::string cases_path = dir.File(export_name + "_cases.json");
+  std::ofstream(cases_path) << cases.dump();
+  int exit_code = -1;
+  const std::string output = testing::Shell("/usr/bin/python3 " + testing::SourceDir() +
+                                                "/tests/interop/scripted_model_parity.py " + model_path + " " +
+                                                cases_path,
+                                            &exit_code);
+  EXPECT_EQ(exit_code, 0) << output;
+  nlohmann::json report = nlohmann::json::parse(output.substr(output.rfind('{')), nullptr, false);
+  EXPECT_FALSE(report.is_discarded()) << output;
+  if (!report.is_discarded()) {
+    std::printf("scripted model %s in Python torch %s: max |diff| %.3g\n", export_name.c_str(),
+                report.value("torch", "?").c_str(), report.value("max_abs_diff", -1.0));
+    EXPECT_LE(report.value("max_abs_diff", 1.0), 1e-6) << output;
+    EXPECT_EQ(report["outputs"].size(), expected.size()) << output;
+  }
+  return worst;
+}
+
 void ExportsAndPredictsAsEvaluated(const std::string& config_name) {
   TempDir dir;
   const std::string edits = R"({"data_config.dataset_type": "ParquetDataset",
@@ -337,6 +407,16 @@ void ExportsAndPredictsAsEvaluated(const std::string& config_name) {
   EXPECT_EQ(manifest["table_bytes_fp32"].get<int64_t>(), fp32_bytes);
   EXPECT_LE(static_cast<double>(int8_bytes) / fp32_bytes, 0.4);
   EXPECT_EQ(ReadExportManifest(dir.File("export_fp32"))["table_bytes"].get<int64_t>(), fp32_bytes);
+
+  // scripted_model.pt: the fp32 export's gives evaluation's outputs, the INT8 export's the
+  // outputs of predict on INT8 tables; both load in Python torch and match there too.
+  const double fp32_diff = CheckScriptedModel(dir.File("export_fp32"), trained.eval_pattern, expected, dir);
+  std::map<std::string, std::vector<double>> int8_expected;
+  for (const auto& [name, values] : expected) int8_expected[name] = int8_out[name];
+  const double int8_diff = CheckScriptedModel(dir.File("export_int8"), trained.eval_pattern, int8_expected, dir);
+  std::printf("scripted model vs model: fp32 tables max |diff| %.3g, INT8 tables %.3g\n", fp32_diff, int8_diff);
+  EXPECT_LE(fp32_diff, 1e-6);
+  EXPECT_LE(int8_diff, 1e-5);
 }
 
 TEST(ExportPredict, DeepFMCriteo) { ExportsAndPredictsAsEvaluated("deepfm_criteo.config"); }

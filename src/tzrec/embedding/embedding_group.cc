@@ -104,6 +104,7 @@ EmbeddingGroup::EmbeddingGroup(
                                                where + " feature '" + feature_name + "'");
         member.lookup = collection->AddLookup(feature, table);
         member.dim = dim;
+        member.table = table_name;
       } else {
         if (wide) Fail(where, ": WIDE groups take sparse features only, '", feature_name, "' is dense");
         member.dim = feature->value_dim();
@@ -294,6 +295,116 @@ std::map<std::string, at::Tensor> EmbeddingGroup::Forward(const LookupOutputs& l
     out[name] = ConcatPooled(members, lookups, batch);
   }
   for (const auto& [name, group] : sequence_groups_) ForwardSequence(name, group, lookups, batch, &out);
+  return out;
+}
+
+}  // namespace tzrec
+
+namespace tzrec {
+namespace {
+
+// Dtypes are ScalarType numbers in this source (4 = int64, 6 = float32; script_writer.h).
+constexpr char kPoolMethod[] = R"(def _tzrec_pool(self, rows: Tensor, lengths: Tensor, mean: bool) -> Tensor:
+    bags = lengths.size(0)
+    segment = torch.repeat_interleave(torch.arange(bags, dtype=4), lengths)
+    pooled = torch.zeros([bags, rows.size(1)], dtype=6).index_add(0, segment, rows)
+    if mean:
+        pooled = pooled / torch.clamp(lengths, min=1).to(6).unsqueeze(1)
+    return pooled
+)";
+
+// The pooled embedding of `feature` in `table_name`, as the fused lookup computes it.
+std::string ScriptPooledLookup(ScriptWriter& w, const Feature* feature, const std::string& table_name,
+                               const StoredTables& tables) {
+  const std::string& f = feature->name();
+  return w.Once("pooled:" + table_name + ":" + f, [&]() {
+    auto it = tables.find(table_name);
+    if (it == tables.end()) ScriptWriter::Unsupported("table '" + table_name + "' was not given");
+    const StoredTable& table = it->second;
+    const std::string ids = w.Once("ids:" + f, [&]() {
+      return w.Let(f + "_ids", w.Input(f + ".values") + ".to(4)");
+    });
+    const std::string lengths = w.Once("lengths:" + f, [&]() {
+      return w.Let(f + "_lengths", w.Input(f + ".lengths") + ".to(4)");
+    });
+    std::string weights;
+    if (feature->weighted()) {
+      weights = w.Once("weights:" + f, [&]() {
+        return w.Let(f + "_weights", w.Input(f + ".weights") + ".to(6)");
+      });
+    }
+    const bool mean = feature->pooling() == "mean";
+    const std::string hint = f + "_emb";
+    if (table.dtype == TableDtype::kFP32 && !(mean && feature->weighted())) {
+      const std::string weight = w.Tensor(table_name + "_weight", table.stored, "table:" + table_name);
+      const std::string offsets = w.Once("offsets:" + f, [&]() {
+        return w.Let(f + "_offsets", "torch.cumsum(" + lengths + ", 0) - " + lengths);
+      });
+      return w.Let(hint, "torch.embedding_bag(" + weight + ", " + ids + ", " + offsets + ", False, " +
+                             (mean ? "1" : "0") + ", False, " + (weights.empty() ? "None" : weights) +
+                             ", False)[0]");
+    }
+    std::string rows;
+    if (table.dtype == TableDtype::kINT8) {
+      // Rows of TorchRec's layout split into codes and fp16 scale / bias: w = code * scale + bias.
+      const at::Tensor& stored = table.stored;
+      const std::string codes = w.Tensor(table_name + "_codes", stored.narrow(1, 0, table.dim),
+                                         "codes:" + table_name);
+      const std::string scale = w.Tensor(
+          table_name + "_scale", stored.narrow(1, table.dim, 2).contiguous().view(at::kHalf).reshape({-1}),
+          "scale:" + table_name);
+      const std::string bias = w.Tensor(
+          table_name + "_bias", stored.narrow(1, table.dim + 2, 2).contiguous().view(at::kHalf).reshape({-1}),
+          "bias:" + table_name);
+      rows = w.Let(f + "_rows", "torch.index_select(" + codes + ", 0, " + ids + ").to(6) * " +
+                                    "torch.index_select(" + scale + ", 0, " + ids +
+                                    ").to(6).unsqueeze(1) + torch.index_select(" + bias +
+                                    ", 0, " + ids + ").to(6).unsqueeze(1)");
+    } else {
+      const std::string weight = w.Tensor(table_name + "_weight", table.stored, "table:" + table_name);
+      rows = w.Let(f + "_rows", "torch.index_select(" + weight + ", 0, " + ids + ").to(6)");
+    }
+    if (!weights.empty()) rows = w.Let(f + "_rows", rows + " * " + weights + ".unsqueeze(1)");
+    w.Method("_tzrec_pool", kPoolMethod);
+    return w.Let(hint, std::string("self._tzrec_pool(") + rows + ", " + lengths + ", " +
+                           (mean ? "True" : "False") + ")");
+  });
+}
+
+}  // namespace
+
+std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const StoredTables& tables) const {
+  if (!sequence_groups_.empty()) {
+    ScriptWriter::Unsupported("sequence group '" + sequence_groups_.begin()->first +
+                              "' (sequence groups have no TorchScript form yet)");
+  }
+  std::map<std::string, std::string> out;
+  for (const std::string& name : group_order_) {
+    const std::vector<Member>& members = groups_.at(name);
+    std::vector<std::string> parts;
+    for (const Member& m : members) {
+      const Feature* feature = m.feature;
+      if (feature->data_group() != kBaseDataGroup) {
+        ScriptWriter::Unsupported("feature '" + feature->name() + "' of data group " + feature->data_group());
+      }
+      if (m.lookup >= 0) {
+        parts.push_back(ScriptPooledLookup(w, feature, m.table, tables));
+      } else {
+        const std::string& f = feature->name();
+        parts.push_back(w.Once("dense:" + f, [&]() {
+          return w.Let(f + "_dense", w.Input(f + ".values") + ".to(6).reshape([-1, " +
+                                         std::to_string(m.dim) + "])");
+        }));
+      }
+    }
+    if (parts.size() == 1) {
+      out[name] = parts[0];
+      continue;
+    }
+    std::string list;
+    for (const std::string& part : parts) list += (list.empty() ? "" : ", ") + part;
+    out[name] = w.Let(name + "_input", "torch.cat([" + list + "], 1)");
+  }
   return out;
 }
 

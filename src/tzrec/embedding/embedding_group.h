@@ -31,8 +31,10 @@
 #include <vector>
 
 #include "tzrec/embedding/embedding_collection.h"
+#include "tzrec/embedding/table_quantization.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/protos/model.pb.h"
+#include "tzrec/script/script_writer.h"
 
 namespace tzrec {
 
@@ -42,6 +44,14 @@ constexpr char kSequenceTableSuffix[] = ".seq";
 // [N, D] rows of `lengths` [B] consecutive runs -> [B, T, D], zero after each run's length
 // (differentiable). T = max_length when given (>= every length), else the longest run.
 at::Tensor PadJagged(const at::Tensor& values, const at::Tensor& lengths, int64_t max_length = -1);
+
+// A table as a scripted model stores it (serving's export: maybe quantised, table_quantization.h).
+struct StoredTable {
+  at::Tensor stored;
+  TableDtype dtype = TableDtype::kFP32;
+  int64_t dim = 0;
+};
+using StoredTables = std::map<std::string, StoredTable>;  // by table name
 
 class EmbeddingGroup {
  public:
@@ -71,12 +81,17 @@ class EmbeddingGroup {
 
   // {input name: tensor} from one Lookup of the collection (see the top of this file).
   std::map<std::string, at::Tensor> Forward(const LookupOutputs& lookups, const Batch& batch) const;
+  // Forward's DEEP and WIDE groups as TorchScript (script/script_writer.h) over the generated
+  // feature inputs: {group: local}. Tables come from `tables`; views with sequence groups have
+  // no TorchScript form yet (ScriptUnsupported).
+  std::map<std::string, std::string> Script(ScriptWriter& w, const StoredTables& tables) const;
 
  private:
   struct Member {
     const Feature* feature;
     int lookup = -1;  // pooled (or, in a sequence part, sequence) lookup; -1: dense feature
     int dim = 0;
+    std::string table;  // its table's name (sparse features)
   };
   struct SequenceGroup {
     std::vector<Member> query;

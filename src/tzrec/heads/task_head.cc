@@ -185,6 +185,10 @@ void TaskHead::AddPredictions(const at::Tensor& output, Predictions* out) const 
   for (const auto& loss : losses_) loss.second->AddPredictions(output, suffix_, out);
 }
 
+void TaskHead::ScriptPredictions(ScriptWriter& w, const std::string& output) const {
+  for (const auto& loss : losses_) loss.second->ScriptPredictions(w, output, spec_.num_class, suffix_);
+}
+
 at::Tensor TaskHead::LossWeight(const Batch& batch) const {
   switch (spec_.weighting) {
     case TaskSpec::Weighting::kNone:

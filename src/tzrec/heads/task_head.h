@@ -78,6 +78,8 @@ class TaskHead {
 
   // The predictions of the task output [B, num_class], one set per configured loss type.
   void AddPredictions(const at::Tensor& output, Predictions* out) const;
+  // The same as TorchScript outputs of local `output` (script/script_writer.h).
+  void ScriptPredictions(ScriptWriter& w, const std::string& output) const;
   // Appends (name, scalar loss) for each configured loss, in config order.
   void ComputeLosses(const Predictions& predictions, const Batch& batch, NamedLosses* out) const;
   // (loss name, the label values it is defined for) for each configured loss.

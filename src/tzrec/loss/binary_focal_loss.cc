@@ -29,6 +29,10 @@ class BinaryFocalLoss : public Loss {
                       Predictions* out) const override {
     AddBinaryPredictions(output, suffix, out);
   }
+  void ScriptPredictions(ScriptWriter& w, const std::string& output, int,
+                         const std::string& suffix) const override {
+    ScriptBinaryPredictions(w, output, suffix);
+  }
   at::Tensor Compute(const Predictions& predictions, const std::string& suffix,
                      const at::Tensor& label, const at::Tensor& weight,
                      const Batch&) const override {

@@ -77,6 +77,10 @@ class JrcLoss : public Loss {
                       Predictions* out) const override {
     AddSoftmaxPredictions(output, suffix, out);
   }
+  void ScriptPredictions(ScriptWriter& w, const std::string& output, int num_class,
+                         const std::string& suffix) const override {
+    ScriptSoftmaxPredictions(w, output, num_class, suffix);
+  }
   at::Tensor Compute(const Predictions& predictions, const std::string& suffix,
                      const at::Tensor& label, const at::Tensor& weight,
                      const Batch& batch) const override {

@@ -16,6 +16,10 @@ class L2Loss : public Loss {
                       Predictions* out) const override {
     (*out)["y" + suffix] = output.squeeze(1);
   }
+  void ScriptPredictions(ScriptWriter& w, const std::string& output, int,
+                         const std::string& suffix) const override {
+    w.Output("y" + suffix, w.Let("y" + suffix, "torch.squeeze(" + output + ", 1)"));
+  }
   at::Tensor Compute(const Predictions& predictions, const std::string& suffix,
                      const at::Tensor& label, const at::Tensor& weight,
                      const Batch&) const override {

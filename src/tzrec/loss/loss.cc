@@ -33,6 +33,20 @@ void AddSoftmaxPredictions(const at::Tensor& output, const std::string& suffix, 
   if (output.size(1) == 2) (*out)["probs1" + suffix] = at::select(probs, 1, 1);
 }
 
+void ScriptBinaryPredictions(ScriptWriter& w, const std::string& output, const std::string& suffix) {
+  const std::string logits = w.Let("logits" + suffix, "torch.squeeze(" + output + ", 1)");
+  w.Output("logits" + suffix, logits);
+  w.Output("probs" + suffix, w.Let("probs" + suffix, "torch.sigmoid(" + logits + ")"));
+}
+
+void ScriptSoftmaxPredictions(ScriptWriter& w, const std::string& output, int num_class,
+                              const std::string& suffix) {
+  const std::string probs = w.Let("probs" + suffix, "torch.softmax(" + output + ", 1)");
+  w.Output("logits" + suffix, output);
+  w.Output("probs" + suffix, probs);
+  if (num_class == 2) w.Output("probs1" + suffix, w.Let("probs1" + suffix, "torch.select(" + probs + ", 1, 1)"));
+}
+
 at::Tensor ClassIndexLabels(const at::Tensor& label, int64_t num_class, const std::string& where) {
   at::Tensor values = label.contiguous();
   const float* v = values.data_ptr<float>();

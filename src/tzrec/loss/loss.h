@@ -25,6 +25,7 @@
 
 #include "tzrec/batch/batch.h"
 #include "tzrec/common/registry.h"
+#include "tzrec/script/script_writer.h"
 
 namespace tzrec {
 
@@ -52,6 +53,9 @@ class Loss {
   // Adds this loss type's predictions of the task output [B, num_class] to `out`.
   virtual void AddPredictions(const at::Tensor& output, const std::string& suffix,
                               Predictions* out) const = 0;
+  // The same predictions as TorchScript outputs of local `output` ([B, num_class]).
+  virtual void ScriptPredictions(ScriptWriter& w, const std::string& output, int num_class,
+                                 const std::string& suffix) const = 0;
   // `label` float [B]; `weight` float [B] or undefined.
   virtual at::Tensor Compute(const Predictions& predictions, const std::string& suffix,
                              const at::Tensor& label, const at::Tensor& weight,
@@ -68,6 +72,10 @@ at::Tensor ReduceLoss(const at::Tensor& per_row, const at::Tensor& weight);
 // and probs1 when C == 2.
 void AddBinaryPredictions(const at::Tensor& output, const std::string& suffix, Predictions* out);
 void AddSoftmaxPredictions(const at::Tensor& output, const std::string& suffix, Predictions* out);
+// The same as TorchScript outputs.
+void ScriptBinaryPredictions(ScriptWriter& w, const std::string& output, const std::string& suffix);
+void ScriptSoftmaxPredictions(ScriptWriter& w, const std::string& output, int num_class,
+                              const std::string& suffix);
 // `label` (float class indices) as int64, failing clearly (naming `where`) on values that are not
 // classes of num_class.
 at::Tensor ClassIndexLabels(const at::Tensor& label, int64_t num_class, const std::string& where);

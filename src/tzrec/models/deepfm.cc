@@ -62,6 +62,25 @@ class DeepFM : public Model {
     return HeadPredictions({y});
   }
 
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    auto grouped = ScriptInput(w, tables);
+    const std::string y_wide = w.Let("y_wide", "torch.sum(" + grouped.at("wide") + ", 1, keepdim=True)");
+    const std::string y_deep = deep_mlp_->Script(w, grouped.at("deep"), "deep_mlp");
+    const std::string fm_input =
+        w.Let("fm_input", grouped.at(fm_group_) + ".reshape(" +
+                              ScriptIntList({-1, static_cast<int64_t>(fm_dims_.size()), fm_dims_[0]}) + ")");
+    const std::string y_fm = ScriptFactorizationMachine(w, fm_input);
+    std::string y;
+    if (has_final_) {
+      const std::string joined = w.Let("final_input", "torch.cat([" + y_wide + ", " + y_fm + ", " + y_deep + "], 1)");
+      y = ScriptLinear(w, *output_mlp_, final_mlp_->Script(w, joined, "final_mlp"), "output_mlp");
+    } else {
+      y = w.Let("y", y_wide + " + torch.sum(" + y_fm + ", 1, keepdim=True) + " +
+                         ScriptLinear(w, *output_mlp_, y_deep, "output_mlp"));
+    }
+    ScriptHeadPredictions(w, {y});
+  }
+
  private:
   std::string fm_group_;
   std::vector<int> fm_dims_;

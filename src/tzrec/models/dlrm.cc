@@ -71,6 +71,23 @@ class DLRM : public Model {
     return HeadPredictions({y});
   }
 
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    auto grouped = ScriptInput(w, tables);
+    const std::string& sparse = grouped.at(sparse_group_);
+    std::string feat = w.Let("sparse_features", sparse + ".reshape(" +
+                                                    ScriptIntList({-1, sparse_num_, per_sparse_dim_}) + ")");
+    std::string dense;
+    if (dense_mlp_) {
+      dense = dense_mlp_->Script(w, grouped.at("dense"), "dense_mlp");
+      feat = w.Let("features", "torch.cat([" + dense + ".unsqueeze(1), " + feat + "], 1)");
+    }
+    std::string parts = ScriptPairwiseInteraction(w, feat, sparse_num_ + (dense_mlp_ ? 1 : 0));
+    if (dense_mlp_) parts += ", " + dense;
+    if (arch_with_sparse_) parts += ", " + sparse;
+    const std::string joined = w.Let("final_input", "torch.cat([" + parts + "], 1)");
+    ScriptHeadPredictions(w, {ScriptLinear(w, *output_mlp_, final_mlp_->Script(w, joined, "final_mlp"), "output_mlp")});
+  }
+
  private:
   std::string sparse_group_;
   int64_t sparse_num_ = 0;

@@ -41,6 +41,16 @@ class MMoEModel : public Model {
     return HeadPredictions(outputs);
   }
 
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    auto grouped = ScriptInput(w, tables);
+    std::vector<std::string> task_inputs = mmoe_->Script(w, grouped.at(group_), "mmoe");
+    std::vector<std::string> outputs;
+    for (size_t t = 0; t < task_inputs.size(); ++t) {
+      outputs.push_back(task_towers_->ptr(t)->as<TaskTowerImpl>()->Script(w, task_inputs[t], "task_tower_" + std::to_string(t)));
+    }
+    ScriptHeadPredictions(w, outputs);
+  }
+
  private:
   std::string group_;
   MMoE mmoe_{nullptr};

@@ -100,6 +100,26 @@ EmbeddingGroup& Model::AddEmbeddingGroup(
   return *groups_.back();
 }
 
+void Model::WriteScript(ScriptWriter&, const StoredTables&) const {
+  const auto* member = config_.GetReflection()->GetOneofFieldDescriptor(
+      config_, config_.GetDescriptor()->FindOneofByName("model"));
+  ScriptWriter::Unsupported(StrCat("model_config.", member ? member->name() : "?",
+                                   " has no TorchScript form yet"));
+}
+
+std::map<std::string, std::string> Model::ScriptInput(ScriptWriter& w, const StoredTables& tables) const {
+  TZREC_CHECK(!groups_.empty(), "model has no embedding group (InitInput was not called)");
+  for (const auto& [group, encoders] : group_encoders_) {
+    if (!encoders.empty()) ScriptWriter::Unsupported("sequence encoders of group '" + group + "'");
+  }
+  return groups_.front()->Script(w, tables);
+}
+
+void Model::ScriptHeadPredictions(ScriptWriter& w, const std::vector<std::string>& outputs) const {
+  TZREC_CHECK(outputs.size() == heads_.size(), "one output per task head");
+  for (size_t i = 0; i < heads_.size(); ++i) heads_[i]->ScriptPredictions(w, outputs[i]);
+}
+
 LookupOutputs Model::Lookup(const Batch& batch) { return collection_.Lookup(batch, is_training()); }
 
 std::map<std::string, at::Tensor> Model::BuildInput(const Batch& batch) {

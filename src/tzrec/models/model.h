@@ -43,6 +43,11 @@ class Model : public torch::nn::Module {
 
   virtual Predictions Predict(const Batch& batch) = 0;
 
+  // Writes Predict's inference form as TorchScript over the generated features
+  // (script/script_writer.h; serving writes it as scripted_model.pt), with the tables in their
+  // stored form `tables`. Throws ScriptUnsupported for models (or parts) without one.
+  virtual void WriteScript(ScriptWriter& w, const StoredTables& tables) const;
+
   // Every task's losses in task order, named as TorchEasyRec logs them.
   NamedLosses ComputeLosses(const Predictions& predictions, const Batch& batch) const;
   // What backward runs on: the sum of the losses, or in training with use_pareto_loss_weight
@@ -79,6 +84,11 @@ class Model : public torch::nn::Module {
   // Width of DEEP group `group` in BuildInput (pooled features and sequence encoders).
   int64_t InputDim(const std::string& group) const;
   LookupOutputs Lookup(const Batch& batch);
+
+  // BuildInput as TorchScript: {group: local} (views with sequence encoders: ScriptUnsupported).
+  std::map<std::string, std::string> ScriptInput(ScriptWriter& w, const StoredTables& tables) const;
+  // HeadPredictions as TorchScript outputs of the task output locals.
+  void ScriptHeadPredictions(ScriptWriter& w, const std::vector<std::string>& outputs) const;
 
   // A single-task ranking model's head: model_config's losses, metrics, train_metrics and
   // num_class, the first label field and the first sample weight field.

@@ -11,4 +11,10 @@ at::Tensor FactorizationMachine(const at::Tensor& x) {
   return 0.5 * (sum * sum - sum_of_squares);
 }
 
+std::string ScriptFactorizationMachine(ScriptWriter& w, const std::string& x) {
+  const std::string sum = w.Let("fm_sum", "torch.sum(" + x + ", 1)");
+  const std::string squares = w.Let("fm_sum_of_squares", "torch.sum(" + x + " * " + x + ", 1)");
+  return w.Let("fm", "0.5 * (" + sum + " * " + sum + " - " + squares + ")");
+}
+
 }  // namespace tzrec

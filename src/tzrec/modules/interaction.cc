@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/tensor.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <vector>
@@ -56,6 +57,19 @@ at::Tensor PairwiseInteraction(const at::Tensor& features) {
   TORCH_CHECK(features.dim() == 3 && features.scalar_type() == at::kFloat,
               "PairwiseInteraction expects float [B, N, D]");
   return PairwiseInteractionFunction::apply(features);
+}
+
+std::string ScriptPairwiseInteraction(ScriptWriter& w, const std::string& features, int64_t n) {
+  // Every dot product, then the upper triangle's entries of the flattened [N, N] products.
+  std::vector<int64_t> upper;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = i + 1; j < n; ++j) upper.push_back(i * n + j);
+  }
+  const std::string index =
+      w.Tensor("interaction_index", at::tensor(upper, at::TensorOptions().dtype(at::kLong)));
+  const std::string products = w.Let("products", "torch.bmm(" + features + ", " + features + ".transpose(1, 2))");
+  return w.Let("interaction", products + ".reshape([-1, " + std::to_string(n * n) + "]).index_select(1, " +
+                                  index + ")");
 }
 
 }  // namespace tzrec

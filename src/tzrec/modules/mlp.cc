@@ -223,4 +223,83 @@ at::Tensor MLPImpl::forward(const at::Tensor& input) {
   return net;
 }
 
+std::string ScriptLinear(ScriptWriter& w, const torch::nn::LinearImpl& linear, const std::string& input,
+                         const std::string& hint) {
+  std::string call = "torch.linear(" + input + ", " + w.Tensor(hint + "_weight", linear.weight);
+  if (linear.bias.defined()) call += ", " + w.Tensor(hint + "_bias", linear.bias);
+  return w.Let(hint, call + ")");
+}
+
+namespace {
+
+// Eval-mode batch norm over `input` ([B, C]) with the module's running statistics.
+std::string ScriptBatchNorm(ScriptWriter& w, const torch::nn::BatchNorm1dImpl& bn, const std::string& input,
+                            const std::string& name) {
+  if (!bn.options.track_running_stats()) ScriptWriter::Unsupported("BatchNorm1d without running statistics");
+  const std::string weight = bn.weight.defined() ? w.Tensor(name + "_weight", bn.weight) : "None";
+  const std::string bias = bn.bias.defined() ? w.Tensor(name + "_bias", bn.bias) : "None";
+  return w.Let("bn", "torch.batch_norm(" + input + ", " + weight + ", " + bias + ", " +
+                         w.Tensor(name + "_running_mean", bn.running_mean) + ", " +
+                         w.Tensor(name + "_running_var", bn.running_var) + ", False, 0.0, " +
+                         ScriptFloat(bn.options.eps()) + ", False)");
+}
+
+}  // namespace
+
+std::string DiceImpl::Script(ScriptWriter& w, const std::string& input, const std::string& name) const {
+  const std::string p = w.Let("dice_p", "torch.sigmoid(" + ScriptBatchNorm(w, *bn_, input, name + "_bn") + ")");
+  return w.Let("dice", p + " * " + input + " + " + w.Tensor(name + "_alpha", alpha_) + " * (1.0 - " + p +
+                           ") * " + input);
+}
+
+std::string PerceptronImpl::Script(ScriptWriter& w, const std::string& input, const std::string& name) const {
+  std::string x = input;
+  for (const auto& child : perceptron_->children()) {
+    const torch::nn::Module* m = child.get();
+    if (auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(m)) {
+      std::string call = "torch.linear(" + x + ", " + w.Tensor(name + "_weight", linear->weight);
+      if (linear->bias.defined()) call += ", " + w.Tensor(name + "_bias", linear->bias);
+      x = w.Let("linear", call + ")");
+    } else if (auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(m)) {
+      x = ScriptBatchNorm(w, *bn, x, name + "_bn");
+    } else if (auto* ln = dynamic_cast<const torch::nn::LayerNormImpl*>(m)) {
+      const std::string weight = ln->weight.defined() ? w.Tensor(name + "_ln_weight", ln->weight) : "None";
+      const std::string bias = ln->bias.defined() ? w.Tensor(name + "_ln_bias", ln->bias) : "None";
+      x = w.Let("ln", "torch.layer_norm(" + x + ", " + ScriptIntList(ln->options.normalized_shape()) + ", " +
+                          weight + ", " + bias + ", " + ScriptFloat(ln->options.eps()) + ")");
+    } else if (dynamic_cast<const torch::nn::ReLUImpl*>(m)) {
+      x = w.Let("relu", "torch.relu(" + x + ")");
+    } else if (dynamic_cast<const torch::nn::SigmoidImpl*>(m)) {
+      x = w.Let("sigmoid", "torch.sigmoid(" + x + ")");
+    } else if (dynamic_cast<const torch::nn::TanhImpl*>(m)) {
+      x = w.Let("tanh", "torch.tanh(" + x + ")");
+    } else if (auto* gelu = dynamic_cast<const torch::nn::GELUImpl*>(m)) {
+      x = w.Let("gelu", "torch.gelu(" + x + ", approximate=\"" + gelu->options.approximate() + "\")");
+    } else if (dynamic_cast<const torch::nn::SiLUImpl*>(m)) {
+      x = w.Let("silu", "torch.silu(" + x + ")");
+    } else if (auto* elu = dynamic_cast<const torch::nn::ELUImpl*>(m)) {
+      x = w.Let("elu", "torch.elu(" + x + ", " + ScriptFloat(elu->options.alpha()) + ")");
+    } else if (auto* leaky = dynamic_cast<const torch::nn::LeakyReLUImpl*>(m)) {
+      x = w.Let("leaky_relu", "torch.leaky_relu(" + x + ", " + ScriptFloat(leaky->options.negative_slope()) + ")");
+    } else if (auto* prelu = dynamic_cast<const torch::nn::PReLUImpl*>(m)) {
+      x = w.Let("prelu", "torch.prelu(" + x + ", " + w.Tensor(name + "_prelu_weight", prelu->weight) + ")");
+    } else if (auto* dice = dynamic_cast<const DiceImpl*>(m)) {
+      x = dice->Script(w, x, name + "_dice");
+    } else if (dynamic_cast<const torch::nn::DropoutImpl*>(m)) {
+      // Identity at inference.
+    } else {
+      ScriptWriter::Unsupported("MLP layer " + m->name() + " has no TorchScript form");
+    }
+  }
+  return x;
+}
+
+std::string MLPImpl::Script(ScriptWriter& w, const std::string& input, const std::string& name) const {
+  std::string x = input;
+  for (size_t i = 0; i < mlp_->size(); ++i) {
+    x = mlp_->ptr(i)->as<PerceptronImpl>()->Script(w, x, name + "_" + std::to_string(i));
+  }
+  return x;
+}
+
 }  // namespace tzrec

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "tzrec/protos/module.pb.h"
+#include "tzrec/script/script_writer.h"
 
 namespace tzrec {
 
@@ -42,6 +43,9 @@ class DiceImpl : public torch::nn::Module {
  public:
   explicit DiceImpl(int64_t hidden_size);
   at::Tensor forward(const at::Tensor& input);
+  // Inference forward as TorchScript (script/script_writer.h); returns the output local.
+  // `name` prefixes its tensors' attribute names.
+  std::string Script(ScriptWriter& w, const std::string& input, const std::string& name) const;
 
  private:
   torch::nn::BatchNorm1d bn_{nullptr};
@@ -58,6 +62,8 @@ class PerceptronImpl : public torch::nn::Module {
   const torch::nn::Linear& linear() const { return linear_; }
   // Everything after the Linear (norm, activation, dropout), given the Linear's output.
   at::Tensor AfterLinear(const at::Tensor& linear_output);
+  // Inference forward as TorchScript (dropout is the identity); returns the output local.
+  std::string Script(ScriptWriter& w, const std::string& input, const std::string& name) const;
 
  private:
   torch::nn::Sequential perceptron_;
@@ -79,12 +85,19 @@ class MLPImpl : public torch::nn::Module {
   // compute the first product in pieces (DIN's attention MLP over [q, s, q - s, q * s]).
   const torch::nn::Linear& first_linear();
   at::Tensor ForwardFromFirstLinear(const at::Tensor& linear_output);
+  // Inference forward as TorchScript; returns the output local. `name` (e.g. "deep_mlp")
+  // prefixes its tensors' attribute names ("deep_mlp_0_weight").
+  std::string Script(ScriptWriter& w, const std::string& input, const std::string& name) const;
 
  private:
   torch::nn::ModuleList mlp_;
   int64_t output_dim_;
 };
 TORCH_MODULE(MLP);
+
+// torch.linear(input, weight, bias) as TorchScript; returns the output local.
+std::string ScriptLinear(ScriptWriter& w, const torch::nn::LinearImpl& linear, const std::string& input,
+                         const std::string& hint);
 
 // Whether each output row of the MLP depends on its own input row only, in training too: no
 // BatchNorm and no Dice (batch statistics). Dropout keeps rows independent.

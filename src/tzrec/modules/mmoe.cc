@@ -44,8 +44,26 @@ std::vector<at::Tensor> MMoEImpl::forward(const at::Tensor& input) {
   at::Tensor stacked = at::stack(experts, 1);
   std::vector<at::Tensor> out;
   for (int t = 0; t < num_task_; ++t) {
-    at::Tensor gate = gate_mlps_ ? gate_mlps_[t]->as<MLPImpl>()->forward(input) : input;
+    at::Tensor gate = gate_mlps_ ? gate_mlps_->ptr(t)->as<MLPImpl>()->forward(input) : input;
     out.push_back(MixExperts(gate_finals_[t]->as<torch::nn::LinearImpl>()->forward(gate), stacked));
+  }
+  return out;
+}
+
+std::vector<std::string> MMoEImpl::Script(ScriptWriter& w, const std::string& input,
+                                          const std::string& name) const {
+  std::string experts;
+  for (size_t e = 0; e < expert_mlps_->size(); ++e) {
+    experts += (e ? ", " : "") + expert_mlps_->ptr(e)->as<MLPImpl>()->Script(w, input, name + "_expert_" + std::to_string(e));
+  }
+  const std::string stacked = w.Let("experts", "torch.stack([" + experts + "], 1)");
+  std::vector<std::string> out;
+  for (int t = 0; t < num_task_; ++t) {
+    const std::string task = name + "_gate_" + std::to_string(t);
+    const std::string gate = gate_mlps_ ? gate_mlps_->ptr(t)->as<MLPImpl>()->Script(w, input, task + "_mlp") : input;
+    const std::string logits = ScriptLinear(w, *gate_finals_->ptr(t)->as<torch::nn::LinearImpl>(), gate, task);
+    out.push_back(w.Let("task_input", "torch.matmul(torch.softmax(" + logits + ", 1).unsqueeze(1), " +
+                                          stacked + ").squeeze(1)"));
   }
   return out;
 }

@@ -22,6 +22,8 @@ class MMoEImpl : public torch::nn::Module {
            const protos::MLP* gate_mlp, const std::string& where);
   // One [B, output_dim] input per task.
   std::vector<at::Tensor> forward(const at::Tensor& input);
+  // The same as TorchScript (script/script_writer.h): one local per task.
+  std::vector<std::string> Script(ScriptWriter& w, const std::string& input, const std::string& name) const;
   int64_t output_dim() const { return output_dim_; }
 
  private:

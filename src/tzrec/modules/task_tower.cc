@@ -17,4 +17,9 @@ at::Tensor TaskTowerImpl::forward(const at::Tensor& input) {
   return linear_->forward(tower_mlp_ ? tower_mlp_->forward(input) : input);
 }
 
+std::string TaskTowerImpl::Script(ScriptWriter& w, const std::string& input, const std::string& name) const {
+  const std::string x = tower_mlp_ ? tower_mlp_->Script(w, input, name + "_mlp") : input;
+  return ScriptLinear(w, *linear_, x, name + "_linear");
+}
+
 }  // namespace tzrec

@@ -16,6 +16,8 @@ class TaskTowerImpl : public torch::nn::Module {
   // `mlp` may be null.
   TaskTowerImpl(int64_t in_features, int64_t num_class, const protos::MLP* mlp, const std::string& where);
   at::Tensor forward(const at::Tensor& input);
+  // The same as TorchScript (script/script_writer.h); returns the output local.
+  std::string Script(ScriptWriter& w, const std::string& input, const std::string& name) const;
 
  private:
   MLP tower_mlp_{nullptr};

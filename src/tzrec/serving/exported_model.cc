@@ -17,6 +17,7 @@
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/config/supported_fields.h"
 #include "tzrec/data/safetensors.h"
+#include "tzrec/serving/scripted_model.h"
 #include "tzrec/embedding/table_quantization.h"
 #include "tzrec/tools/create_fg_json.h"
 #include "tzrec/train/checkpoint.h"
@@ -334,6 +335,7 @@ std::string ExportModel(const ExportOptions& options) {
     for (const auto& item : model.named_parameters()) add(item.key(), item.value().detach());
     for (const auto& item : model.named_buffers()) add(item.key(), item.value().detach());
     Json tables = Json::array();
+    StoredTables fp32_tables, stored_tables;  // for the scripted model
     int64_t table_bytes = 0, fp32_bytes = 0;
     const auto& specs = model.embedding_collection().table_specs();
     std::map<std::string, const EmbeddingTableSpec*> spec_of;
@@ -348,12 +350,24 @@ std::string ExportModel(const ExportOptions& options) {
           table_bytes += stored.numel() * stored.element_size();
           fp32_bytes += weight.numel() * 4;
           add(name, stored);
+          if (options.write_scripted_model) {
+            fp32_tables[table] = {weight.detach().to(at::kFloat), TableDtype::kFP32, spec.dim};
+            stored_tables[table] = {stored, dtype, spec.dim};
+          }
           tables.push_back({{"name", table}, {"tensor", name}, {"rows", spec.rows},
                             {"dim", spec.dim}, {"sequence", spec.sequence},
                             {"dtype", TableDtypeName(dtype)}});
         });
     WriteSafetensors(JoinPath(staging, kExportWeightsFile), tensors,
                      {{"format", kFormatName}, {"manifest", kExportManifestFile}});
+    std::string scripted_skipped = "--noscripted_model";
+    if (options.write_scripted_model) {
+      scripted_skipped = WriteScriptedModel(model, pipeline->FeaturePointers(), fp32_tables,
+                                            stored_tables, JoinPath(staging, kScriptedModelFile));
+      fp32_tables.clear();
+      stored_tables.clear();
+      if (!scripted_skipped.empty()) LOG_INFO << kScriptedModelFile << " not written: " << scripted_skipped;
+    }
 
     Json manifest;
     manifest["format"] = kFormatName;
@@ -364,6 +378,11 @@ std::string ExportModel(const ExportOptions& options) {
     manifest["model"] = member ? member->name() : "";
     manifest["checkpoint"] = {{"path", checkpoint}, {"global_step", step}};
     manifest["weights"] = kExportWeightsFile;
+    if (scripted_skipped.empty()) {
+      manifest["scripted_model"] = kScriptedModelFile;
+    } else {
+      manifest["scripted_model_skipped"] = scripted_skipped;
+    }
     manifest["pipeline_config"] = "pipeline.config";
     if (config.data_config().fg_mode() != protos::FG_NONE) manifest["fg_json"] = "fg.json";
     manifest["fg_mode"] = protos::FgMode_Name(config.data_config().fg_mode());
@@ -480,7 +499,9 @@ int ExportMain(const std::vector<std::string>& args) {
                                    "with export_config.exporter_type: \"best\")"},
                {"export_dir", "directory to create (must not exist)"},
                {"asset_files", "comma-separated files to copy into the export"},
-               {"additional_export_config", "JSON object merged into model_acc.json"}});
+               {"additional_export_config", "JSON object merged into model_acc.json"},
+               {"noscripted_model", "do not write scripted_model.pt (the TorchScript copy of the "
+                                    "model and its tables for torch.jit.load)", true}});
   if (!flags.Parse(args)) return 0;
   ExportOptions options;
   options.pipeline_config_path = flags.Get("pipeline_config_path");
@@ -488,6 +509,7 @@ int ExportMain(const std::vector<std::string>& args) {
   options.export_dir = flags.Get("export_dir");
   options.asset_files = flags.Get("asset_files");
   options.additional_export_config = flags.Get("additional_export_config");
+  options.write_scripted_model = !flags.GetSwitch("noscripted_model");
   ExportModel(options);
   return 0;
 }

@@ -12,6 +12,8 @@
 //   fg.json + assets   as create_fg_json writes them (<stem>_<md5><ext>)
 //   model_acc.json     {"SPARSE_INT64": "1", QUANT_EMB / QUANT_EC_EMB when set, plus
 //                      --additional_export_config}, as TorchEasyRec writes it
+//   scripted_model.pt  the TorchScript form (serving/scripted_model.h) where the model has one;
+//                      the manifest names it, or says why it is missing
 // It is written into a hidden sibling directory and renamed into place, so a directory that
 // exists is complete.
 //
@@ -44,6 +46,8 @@ struct ExportOptions {
   std::string quant_emb;
   std::string quant_ec_emb;
   bool quant_from_environment = true;
+  // scripted_model.pt (serving/scripted_model.h) for models with a TorchScript form.
+  bool write_scripted_model = true;
 };
 
 // Writes the export directory; returns its path.
