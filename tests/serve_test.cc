@@ -292,6 +292,13 @@ TEST(Serve, BadRequestsAreAnsweredWithTheProblemNamed) {
                                 R"({"item_ids": [1, 2], "context_features": {"x": [1]}})");
   EXPECT_EQ(status, 400);
   EXPECT_NE(body.find("context_features.x: expected an array of 2 values"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/models/small/rank",
+                                R"({"item_ids": [1, 2], "user_features": {"x": 1}, "context_features": {"x": [1, 2]}})");
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("context_features: column 'x' is given twice"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/models/small/rank", R"({"item_ids": [1], "user_features": [1]})");
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("user_features: expected an object"), std::string::npos) << body;
   std::tie(status, body) = post("/v1/models/small:predict", std::string(8000, ' '));
   EXPECT_EQ(status, 413);
   EXPECT_EQ(client.Get("/nowhere")->status, 404);

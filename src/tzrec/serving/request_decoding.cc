@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "tzrec/common/strings.h"
 
@@ -76,6 +77,48 @@ RecordBatch RowsToRecords(const std::vector<const Json*>& rows, const std::strin
     }
     records.line_numbers.push_back(static_cast<int64_t>(r));
   }
+  return records;
+}
+
+RecordBatch RankToRecords(const Json& user_features, const std::string& item_id_column,
+                          const Json& item_ids, const Json& context_features,
+                          const std::string& list_separator) {
+  if (!user_features.is_object()) throw RequestError(400, "user_features: expected an object");
+  if (!context_features.is_object()) throw RequestError(400, "context_features: expected an object");
+  if (!item_ids.is_array() || item_ids.empty()) throw RequestError(400, "item_ids: a non-empty array is required");
+  const size_t items = item_ids.size();
+  RecordBatch records;
+  records.source = "rank request";
+  std::set<std::string> names;
+  auto add_column = [&](const std::string& name, const std::string& where) -> Column& {
+    if (!names.insert(name).second) {
+      throw RequestError(400, StrCat(where, ": column '", name, "' is given twice (user_features, ",
+                                     "item_id_column and context_features name distinct columns)"));
+    }
+    records.columns.emplace_back();
+    records.columns.back().name = name;
+    return records.columns.back();
+  };
+  for (const auto& [key, value] : user_features.items()) {
+    Column one;
+    AppendCell(value, "user_features." + key, list_separator, &one);
+    Column& column = add_column(key, "user_features");
+    column.list_depth = one.list_depth;
+    column.list_separator = one.list_separator;
+    const std::string_view cell = one.StringAt(0);
+    for (size_t i = 0; i < items; ++i) column.AppendString(cell, one.valid[0] != 0);
+  }
+  Column& ids = add_column(item_id_column, "item_id_column");
+  for (const auto& id : item_ids) AppendCell(id, "item_ids", list_separator, &ids);
+  for (const auto& [key, values] : context_features.items()) {
+    if (!values.is_array() || values.size() != items) {
+      throw RequestError(400, StrCat("context_features.", key, ": expected an array of ", items,
+                                     " values (one per item)"));
+    }
+    Column& column = add_column(key, "context_features");
+    for (const auto& value : values) AppendCell(value, "context_features." + key, list_separator, &column);
+  }
+  for (size_t i = 0; i < items; ++i) records.line_numbers.push_back(static_cast<int64_t>(i));
   return records;
 }
 

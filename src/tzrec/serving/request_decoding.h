@@ -30,6 +30,13 @@ struct RequestError : Error {
 RecordBatch RowsToRecords(const std::vector<const nlohmann::json*>& rows,
                           const std::string& list_separator, const std::string& source);
 
+// A rank request's rows as text columns without building them as JSON rows: each of
+// `user_features` repeated for every item, `item_id_column` holding `item_ids`, and each
+// `context_features` array (one value per item, checked). A column named twice is an error.
+RecordBatch RankToRecords(const nlohmann::json& user_features, const std::string& item_id_column,
+                          const nlohmann::json& item_ids, const nlohmann::json& context_features,
+                          const std::string& list_separator);
+
 // KServe v2 `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}` -> the features of
 // `pipeline`: `<f>.values` (ids, or dense values [rows, dim]), `<f>.lengths` (ids per row; for
 // sequences steps per row), `<f>.weights`, `<f>.key_lengths` (ids per step of multi-value
