@@ -3,6 +3,7 @@
 // 0.001 AUC with about a third of the bytes; failures leave nothing half-written.
 #include <gtest/gtest.h>
 
+#include <google/protobuf/text_format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -599,6 +600,82 @@ TEST(ExportPredict, BestExporterPicksTheBestEvaluatedCheckpoint) {
   EXPECT_EQ(kept.back(), results.back()["global_step"].get<int64_t>());
   EXPECT_NE(std::find(kept.begin(), kept.end(), best_step), kept.end()) << best_step;
   EXPECT_LE(kept.size(), 2u);
+}
+
+}  // namespace
+}  // namespace tzrec
+
+namespace tzrec {
+namespace {
+
+// --debug_level's dump, on hand-made rows of every kind of generated feature.
+TEST(ExportPredict, FeatureDumpIsTorchEasyRecs) {
+  protos::EasyRecConfig config;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(
+    train_input_path: "" eval_input_path: "" model_dir: "unused"
+    data_config { batch_size: 2 dataset_type: CsvDataset label_fields: "label" fg_mode: FG_NONE }
+    feature_configs { raw_feature { feature_name: "x" expression: "user:x" value_dim: 2 } }
+    feature_configs { id_feature { feature_name: "c" expression: "user:c" num_buckets: 100 embedding_dim: 4 } }
+    feature_configs { id_feature { feature_name: "w" expression: "user:w" num_buckets: 100 embedding_dim: 4
+                                   weighted: true } }
+    feature_configs { sequence_id_feature { feature_name: "s" expression: "user:s" num_buckets: 100
+                                            embedding_dim: 4 sequence_length: 5 sequence_delim: ";" } }
+    feature_configs { sequence_raw_feature { feature_name: "r" expression: "user:r" sequence_length: 5
+                                             sequence_delim: ";" } }
+    model_config { feature_groups { group_name: "g" feature_names: ["x", "c", "w"] group_type: DEEP }
+                   deepfm { deep { hidden_units: [2] } } losses { binary_cross_entropy {} } }
+  )", &config));
+  auto pipeline = BuildFeatures(config, PipelineMode::kPredict);
+  ParsedBatch parsed;
+  parsed.size = 2;
+  DenseValues& x = parsed.dense["x"];
+  x.dim = 2;
+  x.values = {0.5f, -1.0f, 0.1f, 3e-8f};
+  SparseValues& c = parsed.sparse["c"];
+  c.values = {7, 8, 9};
+  c.lengths = {2, 1};
+  SparseValues& w = parsed.sparse["w"];
+  w.values = {30, 4};
+  w.lengths = {2, 0};
+  w.weights = {0.25f, 2.0f};
+  SparseValues& s = parsed.sparse["s"];
+  s.sequence = true;
+  s.values = {1, 2, 3};
+  s.lengths = {2, 0};
+  s.key_lengths = {1, 2};
+  DenseValues& r = parsed.dense["r"];
+  r.dim = 1;
+  r.sequence = true;
+  r.values = {1.5f, 2.0f, 4.0f};
+  r.lengths = {1, 2};
+  auto rows = FeatureDump(ToBatch(std::move(parsed)), pipeline->FeaturePointers());
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0], "x:0.5,-1.0 | c:7,8 | w:30:0.25,4:2.0 | s:1;2,3 | r:1.5");
+  EXPECT_EQ(rows[1], "x:0.1,3e-08 | c:9 | w: | s: | r:2.0;4.0");
+}
+
+TEST(ExportPredict, DebugLevelAddsTheGeneratedFeatures) {
+  TempDir dir;
+  const std::string export_dir = testing::TrainAndExportSmallModel(dir);
+  PredictOptions options;
+  options.scripted_model_path = export_dir;
+  options.predict_input_path = dir.File("data/eval/*.csv");
+  options.predict_output_path = dir.File("pred");
+  options.reserved_columns = "label";
+  options.debug_level = 1;
+  options.writer_type = "CsvWriter";
+  Predict(options);
+  std::ifstream in(dir.File("pred/part-0.csv"));
+  std::string header, first;
+  std::getline(in, header);
+  std::getline(in, first);
+  EXPECT_EQ(header, "logits,probs,label,__features__");
+  EXPECT_NE(first.find("x:"), std::string::npos) << first;
+  EXPECT_NE(first.find(" | c0:"), std::string::npos) << first;
+  EXPECT_NE(first.find(" | c1:"), std::string::npos) << first;
+  options.predict_output_path = dir.File("pred2");
+  options.reserved_columns = "__features__";
+  EXPECT_THROW(Predict(options), Error);
 }
 
 }  // namespace

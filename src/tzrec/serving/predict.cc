@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -263,7 +265,90 @@ class PartWriter {
   std::thread thread_;
 };
 
+// A float as numpy's str() writes a float32: the shortest text that reads back the same,
+// with ".0" on whole numbers.
+void AppendFloat(float value, std::string* out) {
+  if (std::isnan(value)) {
+    *out += "nan";
+    return;
+  }
+  if (std::isinf(value)) {
+    *out += value > 0 ? "inf" : "-inf";
+    return;
+  }
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  const std::string_view text(buffer, static_cast<size_t>(result.ptr - buffer));
+  *out += text;
+  if (text.find_first_of(".e") == std::string_view::npos) *out += ".0";
+}
+
 }  // namespace
+
+std::vector<std::string> FeatureDump(const Batch& batch, const std::vector<const Feature*>& features) {
+  std::vector<std::string> rows(static_cast<size_t>(batch.size));
+  auto start_item = [&](size_t row, const Feature* feature) {
+    if (!rows[row].empty()) rows[row] += " | ";
+    rows[row] += feature->name() + ":";
+  };
+  for (const Feature* feature : features) {
+    if (feature->data_group() != kBaseDataGroup) continue;
+    const DataGroupBatch& group = batch.base();
+    if (feature->is_sparse() && !feature->is_sequence()) {
+      const JaggedIds& ids = batch.Sparse(feature->name());
+      const int64_t* values = ids.values.data_ptr<int64_t>();
+      const int32_t* lengths = ids.lengths.data_ptr<int32_t>();
+      const float* weights = ids.weights.defined() ? ids.weights.data_ptr<float>() : nullptr;
+      int64_t at = 0;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        start_item(r, feature);
+        std::vector<std::string> items;
+        for (int32_t i = 0; i < lengths[r]; ++i, ++at) {
+          std::string item = std::to_string(values[at]);
+          if (weights) {
+            item += ":";
+            AppendFloat(weights[at], &item);
+          }
+          items.push_back(std::move(item));
+        }
+        if (weights) std::sort(items.begin(), items.end());  // TorchEasyRec sorts the text items
+        rows[r] += Join(items, ",");
+      }
+    } else if (feature->is_sparse()) {
+      const SequenceIds& ids = batch.Sequence(feature->name());
+      const int64_t* values = ids.values.data_ptr<int64_t>();
+      const int32_t* steps = ids.step_lengths.data_ptr<int32_t>();
+      const int32_t* keys = ids.key_lengths.data_ptr<int32_t>();
+      int64_t step = 0, at = 0;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        start_item(r, feature);
+        for (int32_t s = 0; s < steps[r]; ++s, ++step) {
+          if (s) rows[r] += feature->sequence_delim();
+          for (int32_t k = 0; k < keys[step]; ++k, ++at) rows[r] += (k ? "," : "") + std::to_string(values[at]);
+        }
+      }
+    } else {
+      const bool sequence = feature->is_sequence();
+      const at::Tensor values = (sequence ? batch.DenseSeq(feature->name()).values : batch.Dense(feature->name())).contiguous();
+      const float* v = values.data_ptr<float>();
+      const int64_t dim = values.size(1);
+      const int32_t* steps = sequence ? group.dense_sequences.at(feature->name()).step_lengths.data_ptr<int32_t>() : nullptr;
+      int64_t step = 0;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        start_item(r, feature);
+        const int32_t count = sequence ? steps[r] : 1;
+        for (int32_t s = 0; s < count; ++s, ++step) {
+          if (s) rows[r] += feature->sequence_delim();
+          for (int64_t d = 0; d < dim; ++d) {
+            if (d) rows[r] += ",";
+            AppendFloat(v[step * dim + d], &rows[r]);
+          }
+        }
+      }
+    }
+  }
+  return rows;
+}
 
 int64_t Predict(const PredictOptions& options) {
   if (options.predict_input_path.empty()) Fail("--predict_input_path is required");
@@ -271,11 +356,8 @@ int64_t Predict(const PredictOptions& options) {
   if (options.scripted_model_path.empty() && options.pipeline_config_path.empty()) {
     Fail("one of --scripted_model_path (an export directory) or --pipeline_config_path is required");
   }
-  if (options.debug_level != 0) {
-    Fail("--debug_level=", options.debug_level, ": not supported yet (0 only)");
-  }
-  if (options.batch_size < 0 || options.predict_steps < 0 || options.predict_threads < 0) {
-    Fail("--batch_size, --predict_steps and --predict_threads must not be negative");
+  if (options.batch_size < 0 || options.debug_level < 0 || options.predict_steps < 0 || options.predict_threads < 0) {
+    Fail("--batch_size, --predict_steps, --predict_threads and --debug_level must not be negative");
   }
   auto adjust = [&](protos::EasyRecConfig* config) {
     if (!options.edit_config_json.empty()) EditConfigJson(config, options.edit_config_json);
@@ -348,7 +430,13 @@ int64_t Predict(const PredictOptions& options) {
     if (std::find(outputs.begin(), outputs.end(), name) != outputs.end()) {
       Fail("--reserved_columns: '", name, "' is also a model output column");
     }
+    if (options.debug_level > 0 && name == kFeatureDumpColumn) {
+      Fail("--reserved_columns: '", name, "' is the column --debug_level adds");
+    }
   }
+  std::vector<std::string> written_reserved = reserved;
+  if (options.debug_level > 0) written_reserved.push_back(kFeatureDumpColumn);
+  const std::vector<const Feature*> features = pipeline->FeaturePointers();
 
   const int rank = dist->rank();
   const std::string ext = parquet ? "parquet" : "csv";
@@ -371,7 +459,7 @@ int64_t Predict(const PredictOptions& options) {
   std::exception_ptr failure;
   const auto start = std::chrono::steady_clock::now();
   try {
-    PartWriter writer(staged_path, parquet, outputs, widths, reserved);
+    PartWriter writer(staged_path, parquet, outputs, widths, written_reserved);
     c10::NoGradGuard no_grad;
     BatchStream stream(*dataset, 0);
     Batch batch;
@@ -387,6 +475,7 @@ int64_t Predict(const PredictOptions& options) {
         if (it == batch.reserved.end()) Fail("reserved column '", name, "' is not in the input");
         chunk.reserved.push_back(std::move(it->second));
       }
+      if (options.debug_level > 0) chunk.reserved.push_back(FeatureDump(batch, features));
       rows_written += chunk.rows;
       writer.Push(std::move(chunk));
       if (++steps % kLogEvery == 0) LOG_INFO << "Predict: " << steps << " batches, " << rows_written << " rows";
@@ -436,7 +525,8 @@ int PredictMain(const std::vector<std::string>& args) {
                {"writer_type", "CsvWriter or ParquetWriter (default: from the dataset type)"},
                {"predict_steps", "stop after this many batches (0: all)", false, "0"},
                {"edit_config_json", "JSON object of config path -> value overrides"},
-               {"debug_level", "0 (feature dumps are not supported yet)", false, "0"}});
+               {"debug_level", "> 0 adds a last column __features__ with each row's generated features",
+                false, "0"}});
   if (!flags.Parse(args)) return 0;
   PredictOptions options;
   options.scripted_model_path = flags.Get("scripted_model_path");

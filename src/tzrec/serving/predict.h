@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/batch/batch.h"
+#include "tzrec/features/feature.h"
+
 namespace tzrec {
 
 struct PredictOptions {
@@ -30,8 +33,17 @@ struct PredictOptions {
   std::string writer_type;       // CsvWriter / ParquetWriter; default from the dataset type
   int64_t predict_steps = 0;     // 0: every batch
   std::string edit_config_json;
-  int debug_level = 0;
+  int debug_level = 0;           // > 0: a last column "__features__" with the generated features
 };
+
+// The output column --debug_level adds.
+inline constexpr char kFeatureDumpColumn[] = "__features__";
+
+// The generated features of each row of `batch` as TorchEasyRec's predict --debug_level dumps
+// them: "<feature>:<values> | <feature>:<values> ..." in feature order, ids and dense values
+// joined by ",", weighted ids as sorted "id:weight" items, sequence steps joined by the
+// feature's sequence_delim; numbers in their shortest round-trip form (numpy's str).
+std::vector<std::string> FeatureDump(const Batch& batch, const std::vector<const Feature*>& features);
 
 // Returns the number of rows this rank wrote.
 int64_t Predict(const PredictOptions& options);
