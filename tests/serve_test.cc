@@ -147,6 +147,74 @@ TEST(Serve, PredictionsEqualPredictsForTheSameRows) {
   EXPECT_EQ(meta["inputs"][0]["datatype"], "FP32");
 }
 
+// With --item_table_path a rank request names only item ids: each item's columns come from the
+// table (as FeatureStore feeds the TorchEasyRec Processor), unknown items get defaults.
+TEST(Serve, RankTakesItemFeaturesFromTheItemTable) {
+  Fixture& f = Shared();
+  std::map<std::string, std::string> x_of;  // c1 -> x of its first row
+  std::vector<std::string> ids;
+  std::string table = "c1,x\n";
+  for (const Json& row : f.rows) {
+    const std::string id = row["c1"].get<std::string>();
+    if (id.empty() || x_of.count(id)) continue;
+    x_of[id] = row["x"].get<std::string>();
+    ids.push_back(id);
+    table += id + "," + x_of[id] + "\n";
+  }
+  ASSERT_GE(ids.size(), 5u);
+  testing::WriteFile(f.dir.File("items.csv"), table);
+  ServeOptions options = Options();
+  options.item_table_path = f.dir.File("items.csv");
+  options.item_table_key = "c1";
+  RunningServer running(options);
+  auto client = running.Client();
+  Json user = f.rows[0];
+  user.erase("c1");
+  user.erase("x");
+  Json items = Json::array();
+  for (size_t i = 0; i < 5; ++i) items.push_back(ids[i]);
+  items.push_back("987654");  // not in the table
+  auto res = client.Post("/v1/models/small/rank", Json{{"user_features", user}, {"item_ids", items}}.dump(),
+                         "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json ranked = Json::parse(res->body);
+  EXPECT_EQ(ranked["items_not_found"], Json::array({"987654"}));
+  Json expected_rows = Json::array();
+  for (size_t i = 0; i < 5; ++i) {
+    Json row = user;
+    row["c1"] = items[i];
+    row["x"] = x_of[ids[i]];
+    expected_rows.push_back(row);
+  }
+  res = client.Post("/v1/models/small:predict", Json{{"instances", expected_rows}}.dump(), "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json same = Json::parse(res->body);
+  ASSERT_EQ(ranked["outputs"]["probs"].size(), 6u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(ranked["outputs"]["probs"][i], same["predictions"][i]["probs"]) << i;
+  EXPECT_EQ(ranked["outputs"]["probs"][5], 0.0);  // --item_empty_score
+  EXPECT_EQ(ranked["outputs"]["logits"][5], 0.0);
+  // Only unknown items: nothing is scored.
+  res = client.Post("/v1/models/small/rank", Json{{"user_features", user}, {"item_ids", {"987654"}}}.dump(),
+                    "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body)["outputs"]["probs"], Json::array({0.0}));
+
+  // A table that repeats an id, or lacks the key column, stops the server at start.
+  testing::WriteFile(f.dir.File("repeated.csv"), "c1,x\n3,0.5\n3,0.7\n");
+  options.item_table_path = f.dir.File("repeated.csv");
+  try {
+    Server server(options);
+    ADD_FAILURE() << "a repeated item id was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("repeated.csv:3: item id '3' repeats (first at "), std::string::npos)
+        << e.what();
+  }
+  options.item_table_path = f.dir.File("items.csv");
+  options.item_table_key = "item";
+  EXPECT_THROW(Server server(options), Error);
+}
+
 // KServe v2 infer on generated features (TorchEasyRec's input names) answers what :predict
 // answers for the raw rows; bad tensors are 400s naming the input.
 TEST(Serve, KServeInferOnGeneratedFeaturesEqualsPredictOnRawRows) {

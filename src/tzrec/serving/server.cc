@@ -36,6 +36,7 @@
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
 #include "tzrec/input/dataset.h"
+#include "tzrec/serving/item_table.h"
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/request_decoding.h"
 
@@ -166,6 +167,8 @@ struct Server::Impl {
   std::atomic<uint64_t> requests_ok{0}, requests_client_error{0}, requests_rejected{0},
       requests_failed{0}, rows{0}, batches{0};
   Histogram request_latency, queue_latency, fg_latency, model_latency;
+
+  std::unique_ptr<ItemTable> items;  // --item_table_path: item features of rank requests
 
   void Load() {
     auto [dir, version] = ResolveVersion(options.model_path);
@@ -410,21 +413,62 @@ struct Server::Impl {
   Json Rank(const Json& body) {
     if (!body.is_object()) throw RequestError(400, "expected a JSON object");
     if (!body.contains("item_ids")) throw RequestError(400, "item_ids: a non-empty array is required");
-    const Json& items = body["item_ids"];
-    const std::string id_column = body.value("item_id_column", "item_id");
+    const Json& item_ids = body["item_ids"];
+    const std::string id_column = body.value("item_id_column", items ? items->key_column() : "item_id");
     static const Json kEmpty = Json::object();
     const Json& user = body.contains("user_features") ? body["user_features"] : kEmpty;
     const Json& context = body.contains("context_features") ? body["context_features"] : kEmpty;
     std::shared_ptr<LoadedModel> model = Current();
     const std::string list_separator = model->list_separator;
-    auto [outputs, version] =
-        ScoreRecords(std::move(model), RankToRecords(user, id_column, items, context, list_separator));
-    Json result = {{"item_ids", items}, {"model_version", version}};
-    Json columns = Json::object();
-    for (const auto& [key, tensor] : outputs) {
-      columns[key] = std::vector<float>(tensor.data_ptr<float>(), tensor.data_ptr<float>() + tensor.numel());
+    RecordBatch records = RankToRecords(user, id_column, item_ids, context, list_separator);
+    if (!items) {
+      auto [outputs, version] = ScoreRecords(std::move(model), records);
+      Json result = {{"item_ids", item_ids}, {"model_version", version}};
+      Json columns = Json::object();
+      for (const auto& [key, tensor] : outputs) {
+        columns[key] = std::vector<float>(tensor.data_ptr<float>(), tensor.data_ptr<float>() + tensor.numel());
+      }
+      result["outputs"] = std::move(columns);
+      return result;
     }
-    result["outputs"] = std::move(columns);
+    // Items missing from the item table are not scored: every output of theirs is
+    // --item_empty_score (the TorchEasyRec Processor's item_empty_score), and the answer lists them.
+    const std::vector<int64_t> table_rows = items->Find(*records.Find(id_column));
+    std::vector<size_t> known;
+    std::vector<int64_t> known_rows;
+    Json unknown = Json::array();
+    for (size_t i = 0; i < table_rows.size(); ++i) {
+      if (table_rows[i] >= 0) {
+        known.push_back(i);
+        known_rows.push_back(table_rows[i]);
+      } else {
+        unknown.push_back(item_ids[i]);
+      }
+    }
+    std::map<std::string, at::Tensor> outputs;
+    std::string version = model->version;
+    if (!known.empty()) {
+      RecordBatch known_records = known.size() == table_rows.size() ? std::move(records) : SelectRows(records, known);
+      items->AppendItemColumns(known_rows, &known_records);
+      std::tie(outputs, version) = ScoreRecords(model, known_records);
+    }
+    Json columns = Json::object();
+    for (const auto& output : model->manifest["outputs"]) {
+      const std::string key = output["name"].get<std::string>();
+      int64_t width = 1;
+      for (size_t d = 1; d < output["shape"].size(); ++d) width *= output["shape"][d].get<int64_t>();
+      std::vector<float> values(table_rows.size() * width, static_cast<float>(options.item_empty_score));
+      auto it = outputs.find(key);
+      if (it != outputs.end()) {
+        const float* scored = it->second.data_ptr<float>();
+        for (size_t k = 0; k < known.size(); ++k) {
+          std::copy(scored + k * width, scored + (k + 1) * width, values.begin() + known[k] * width);
+        }
+      }
+      columns[key] = std::move(values);
+    }
+    Json result = {{"item_ids", item_ids}, {"model_version", version}, {"outputs", std::move(columns)}};
+    if (!unknown.empty()) result["items_not_found"] = std::move(unknown);
     return result;
   }
 
@@ -609,6 +653,17 @@ Server::Server(const ServeOptions& options) : impl_(std::make_unique<Impl>()) {
     Fail("--max_queue_delay_us and --max_queue_size must not be negative");
   }
   impl_->Load();
+  if (!options.item_table_path.empty()) {
+    const protos::DataConfig& data = impl_->current->pipeline->config.data_config();
+    ItemTableOptions items;
+    items.path = options.item_table_path;
+    items.key_column = options.item_table_key;
+    if (!data.delimiter().empty()) items.csv_delimiter = data.delimiter()[0];
+    items.list_separator = impl_->current->list_separator;
+    impl_->items = std::make_unique<ItemTable>(items);
+  } else if (!options.item_table_key.empty()) {
+    Fail("--item_table_key needs --item_table_path");
+  }
   impl_->Setup();
   impl_->worker = std::thread([this] { impl_->RunModel(); });
   if (options.poll_interval_ms > 0) impl_->poller = std::thread([this] { impl_->Poll(); });
@@ -655,7 +710,13 @@ int ServeMain(const std::vector<std::string>& args) {
                {"max_request_bytes", "largest request body (413 above)", false, "16777216"},
                {"model_threads", "intra-op threads of the model (0: all cores)", false, "0"},
                {"poll_interval_ms", "look for a newer version this often and swap it in (0: only "
-                                    "POST /v2/repository/models/<name>/load)", false, "0"}});
+                                    "POST /v2/repository/models/<name>/load)", false, "0"},
+               {"item_table_path", "CSV (with header) or Parquet files of item features: rank "
+                                   "requests then need only item ids"},
+               {"item_table_key", "the item table's item id column (rank requests' default "
+                                  "item_id_column)"},
+               {"item_empty_score", "every output of a rank request's items missing from the item "
+                                    "table", false, "0"}});
   if (!flags.Parse(args)) return 0;
   ServeOptions options;
   options.model_path = flags.Get("model_path");
@@ -670,6 +731,11 @@ int ServeMain(const std::vector<std::string>& args) {
   options.max_request_bytes = flags.GetInt("max_request_bytes");
   options.model_threads = static_cast<int>(flags.GetInt("model_threads"));
   options.poll_interval_ms = flags.GetInt("poll_interval_ms");
+  options.item_table_path = flags.Get("item_table_path");
+  options.item_table_key = flags.Get("item_table_key");
+  if (!ParseDouble(flags.Get("item_empty_score"), &options.item_empty_score)) {
+    Fail("--item_empty_score: not a number: ", flags.Get("item_empty_score"));
+  }
   // SIGTERM / SIGINT drain: the handler (any thread may take the signal) only writes to a
   // pipe; a watcher thread reads it and stops the server, which finishes what is in flight.
   Server server(options);

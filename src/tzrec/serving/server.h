@@ -46,6 +46,9 @@ struct ServeOptions {
   int64_t max_request_bytes = 16 << 20;
   int model_threads = 0;               // intra-op threads of the forward; 0: all cores
   int64_t poll_interval_ms = 0;        // > 0: swap in a newer version when one appears
+  std::string item_table_path;         // rank requests' item features (serving/item_table.h)
+  std::string item_table_key;          // its item id column
+  double item_empty_score = 0.0;       // outputs of items missing from the item table
 };
 
 class Server {
