@@ -260,6 +260,14 @@ TEST(Serve, KServeInferOnGeneratedFeaturesEqualsPredictOnRawRows) {
   for (size_t i = 0; i < n; ++i) {
     EXPECT_NEAR(answer["outputs"][0]["data"][i].get<double>(), f.probs[i], 1e-6) << i << " " << f.rows[i].dump();
   }
+  // The URL may name the version: the serving one answers, another is 404.
+  const std::string version = answer["model_version"].get<std::string>();
+  res = client.Post("/v2/models/small/versions/" + version + "/infer", request.dump(), "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body)["outputs"], answer["outputs"]);
+  res = client.Post("/v2/models/small/versions/999/infer", request.dump(), "application/json");
+  EXPECT_EQ(res->status, 404) << res->body;
+  EXPECT_NE(res->body.find("version 999 of model 'small' is not loaded"), std::string::npos) << res->body;
   auto expect_400 = [&](Json bad, const std::string& message) {
     auto r = client.Post("/v2/models/small/infer", bad.dump(), "application/json");
     ASSERT_TRUE(r);

@@ -278,9 +278,14 @@ struct Server::Impl {
   }
 
   // KServe v2 infer on generated features (no FG).
-  Json Infer(const Json& body) {
+  // `wanted_version`: the one the URL names (empty: any); only the serving version answers.
+  Json Infer(const Json& body, const std::string& wanted_version) {
     auto job = std::make_shared<Job>();
     job->model = Current();
+    if (!wanted_version.empty() && wanted_version != job->model->version) {
+      throw RequestError(404, StrCat("version ", wanted_version, " of model '", name, "' is not loaded (version ",
+                                     job->model->version, " serves)"));
+    }
     job->parsed = TensorsToParsed(*job->model->pipeline, body);
     const int64_t rows = job->parsed.size;
     auto [outputs, version] = Enqueue(job);
@@ -594,10 +599,10 @@ struct Server::Impl {
         return Rank(ParseBody(req));
       });
     });
-    http.Post(R"(/v2/models/([^/]+)(?:/versions/[^/]+)?/infer)", [this](const httplib::Request& req, httplib::Response& res) {
+    http.Post(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/infer)", [this](const httplib::Request& req, httplib::Response& res) {
       Route("POST", req, res, [&] {
         CheckModel(req.matches[1]);
-        return Infer(ParseBody(req));
+        return Infer(ParseBody(req), req.matches[2]);
       });
     });
     http.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {
