@@ -15,10 +15,12 @@
 # EVAL_ROWS (40960), SEEDS for the one-epoch AUC comparison ("2024 2025 2026 2027 2028"),
 # PROFILE (1: a perf profile of our steady state, if perf is there; 0: skip), TZREC_BIN (a
 # tzrec binary to use, with libtzrec_fg_builtin_ops.so beside it; unset: build build/tzrec).
-# OPENBLAS_CORETYPE is left as the environment has it, for both sides alike.
+# OPENBLAS_CORETYPE is set to the CPU's best OpenBLAS core for both sides
+# (use_best_openblas_core; bench/train_throughput.sh prints both sides' GEMM GFLOP/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
+use_best_openblas_core
 RUNS=${RUNS:-3}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}

@@ -13,6 +13,7 @@
 
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/input/dataset.h"
+#include "tzrec/kernels/blas_core.h"
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/embedding/fused_lookup.h"
@@ -118,6 +119,19 @@ void RawGemmBench() {
   std::printf("raw dnnl_sgemm NT 4096x256x512: %.0f GFLOP/s\n", 20 * 2.0 * m * n * k / Seconds(start) / 1e9);
 }
 
+// The GEMM every ATen matmul outside the MLP runs on (Debian's LibTorch calls the system
+// BLAS): what `gemm` prints for our side, the reference prints the same probe (train_reference.py).
+void AtenGemmBench() {
+  const int64_t m = 4096, n = 256, k = 512;
+  at::Tensor a = torch::full({m, k}, 0.01f), b = torch::full({k, n}, 0.02f);
+  for (int i = 0; i < 3; ++i) at::mm(a, b);
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) at::mm(a, b);
+  std::printf("gemm aten::mm 4096x512x256 (OpenBLAS core %s, %d threads): %.0f GFLOP/s\n",
+              tzrec::RunningOpenBlasCore().c_str(), at::get_num_threads(),
+              20 * 2.0 * m * n * k / Seconds(start) / 1e9);
+}
+
 // Reads a whole dataset (CSV -> parsed batches) as the trainer would, reporting rows/s.
 void DataBench(const std::string& config_path, const std::string& input, int workers) {
   auto config = tzrec::LoadPipelineConfig(config_path);
@@ -151,6 +165,10 @@ int main(int argc, char** argv) {
     for (int workers : {1, 2}) DataBench(argv[2], argv[3], workers);
     return 0;
   }
+  if (only == "gemm") {
+    AtenGemmBench();
+    return 0;
+  }
   if (only == "emb") {
     EmbeddingBench(1000000, 1);
     return 0;
@@ -163,6 +181,7 @@ int main(int argc, char** argv) {
     EmbeddingBench(rows, 1);
     if (threads > 1) EmbeddingBench(rows, threads);
   }
+  AtenGemmBench();
   RawGemmBench();
   MlpBench(false, threads);
   MlpBench(true, threads);

@@ -9,10 +9,12 @@
 #
 # Env: RUNS (3), STEPS timed steps (60), WARMUP (20), THREADS (all cores), TRAIN_ROWS (409600),
 # SEEDS for the one-epoch AUC comparison ("2024 2025 2026").
-# OPENBLAS_CORETYPE is left as the environment has it, for both sides alike.
+# OPENBLAS_CORETYPE is set to the CPU's best OpenBLAS core for both sides
+# (use_best_openblas_core); each side's GEMM GFLOP/s is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
+use_best_openblas_core
 RUNS=${RUNS:-3}
 STEPS=${STEPS:-60}
 WARMUP=${WARMUP:-20}
@@ -67,6 +69,11 @@ reference_rate() {
     --warmup_steps $WARMUP --steps $STEPS >$OUT/reference_$1.log 2>&1
   sed -n 's/^reference_samples_per_sec=//p' $OUT/reference_$1.log
 }
+
+# Both sides' BLAS, measured the same way (4096x512x256 matmul at THREADS threads).
+echo "[bench] ours:      $(build/tzrec_micro_bench gemm 2>/dev/null | tail -n 1)"
+LD_PRELOAD=$TCMALLOC /usr/bin/python3 bench/reference/train_reference.py --model deepfm --train "$TRAIN" \
+  --threads $THREADS --steps 0 2>/dev/null | sed -n 's/.*blas_core=\([A-Za-z0-9-]*\) gemm_gflops=\([0-9]*\).*/[bench] reference: gemm torch.mm 4096x512x256 (OpenBLAS core \1): \2 GFLOP\/s/p' || true
 
 declare -A RATIO
 for model in deepfm dlrm; do

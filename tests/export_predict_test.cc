@@ -508,8 +508,8 @@ TEST(ExportPredict, BadInputsFailClearlyAndLeaveNothingBehind) {
   predict.output_columns = "probs,nope";
   EXPECT_TZREC_ERROR(Predict(predict), "the model has no output 'nope' (it has logits, probs)");
   predict.output_columns = "probs";
-  predict.debug_level = 1;
-  EXPECT_TZREC_ERROR(Predict(predict), "--debug_level=1: not supported yet");
+  predict.debug_level = -1;
+  EXPECT_TZREC_ERROR(Predict(predict), "--debug_level must not be negative");
   predict.debug_level = 0;
 
   // A row that cannot be parsed stops predict naming it; no part file, no staging left.

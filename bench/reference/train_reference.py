@@ -387,6 +387,17 @@ def openblas_core():
         return "not-openblas"
 
 
+def gemm_gflops():
+    """GFLOP/s of a 4096x512x256 torch.mm, the probe tzrec_micro_bench gemm runs on our side."""
+    a, b = torch.full((4096, 512), 0.01), torch.full((512, 256), 0.02)
+    for _ in range(3):
+        torch.mm(a, b)
+    start = time.perf_counter()
+    for _ in range(20):
+        torch.mm(a, b)
+    return 20 * 2.0 * 4096 * 512 * 256 / (time.perf_counter() - start) / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
@@ -407,9 +418,9 @@ def main():
         ap.error("--epochs needs --eval")
 
     torch.set_num_threads(args.threads)
-    print("torch=%s numpy=%s threads=%d model=%s batch_size=%d blas_core=%s" % (
+    print("torch=%s numpy=%s threads=%d model=%s batch_size=%d blas_core=%s gemm_gflops=%.0f" % (
         torch.__version__, np.__version__, torch.get_num_threads(), args.model, args.batch_size,
-        openblas_core()))
+        openblas_core(), gemm_gflops()))
 
     t = time.perf_counter()
     train_batches = make_batches(load_csv(args.train), args.batch_size)

@@ -356,8 +356,9 @@ int64_t Predict(const PredictOptions& options) {
   if (options.scripted_model_path.empty() && options.pipeline_config_path.empty()) {
     Fail("one of --scripted_model_path (an export directory) or --pipeline_config_path is required");
   }
-  if (options.batch_size < 0 || options.debug_level < 0 || options.predict_steps < 0 || options.predict_threads < 0) {
-    Fail("--batch_size, --predict_steps, --predict_threads and --debug_level must not be negative");
+  if (options.debug_level < 0) Fail("--debug_level must not be negative");
+  if (options.batch_size < 0 || options.predict_steps < 0 || options.predict_threads < 0) {
+    Fail("--batch_size, --predict_steps and --predict_threads must not be negative");
   }
   auto adjust = [&](protos::EasyRecConfig* config) {
     if (!options.edit_config_json.empty()) EditConfigJson(config, options.edit_config_json);
