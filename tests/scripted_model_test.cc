@@ -100,15 +100,19 @@ constexpr char kWeightedConfig[] = R"(
       feature_groups { group_name: "wide" feature_names: ["c0", "c1", "w0", "w1"] group_type: WIDE }
       feature_groups { group_name: "fm" feature_names: ["c0", "c1", "w0", "w1"] }
       feature_groups { group_name: "deep" feature_names: ["x", "c0", "c1", "w0", "w1"] }
-      deepfm { deep { hidden_units: [8, 4] use_bn: true activation: "nn.PReLU" } }
+      @MODEL@
       losses { binary_cross_entropy {} }
       metrics { auc {} }
     })";
 
-// Trains kWeightedConfig (a few steps) and returns its model_dir's pipeline.config.
-std::string TrainWeightedModel(const TempDir& dir) {
+constexpr char kDeepFM[] = R"(deepfm { deep { hidden_units: [8, 4] use_bn: true activation: "nn.PReLU" } })";
+
+// Trains kWeightedConfig with `model` (a few steps) and returns its model_dir's pipeline.config.
+std::string TrainWeightedModel(const TempDir& dir, const std::string& model = kDeepFM) {
   const std::string path = dir.File("weighted.config");
-  testing::WriteFile(path, kWeightedConfig);
+  std::string text = kWeightedConfig;
+  text.replace(text.find("@MODEL@"), 7, model);
+  testing::WriteFile(path, text);
   GenDataOptions gen;
   gen.output_dir = dir.File("data");
   gen.train_rows = 800;
@@ -119,9 +123,8 @@ std::string TrainWeightedModel(const TempDir& dir) {
   return dir.File("model/pipeline.config");
 }
 
-TEST(ScriptedModel, WeightedMeanSharedAndDenseFeaturesInEveryTableDtype) {
-  TempDir dir;
-  const std::string config = TrainWeightedModel(dir);
+// The exports of `config` with every table storage run as the loaded pipeline does.
+void ScriptedExportsMatchThePipeline(const TempDir& dir, const std::string& config) {
   c10::NoGradGuard no_grad;
   for (const char* quant : {"FP32", "FP16", "INT8"}) {
     SCOPED_TRACE(quant);
@@ -152,6 +155,19 @@ TEST(ScriptedModel, WeightedMeanSharedAndDenseFeaturesInEveryTableDtype) {
     EXPECT_EQ(has_uint8, std::string(quant) == "INT8");
     EXPECT_EQ(has_half, std::string(quant) != "FP32");
   }
+}
+
+TEST(ScriptedModel, WeightedMeanSharedAndDenseFeaturesInEveryTableDtype) {
+  TempDir dir;
+  ScriptedExportsMatchThePipeline(dir, TrainWeightedModel(dir));
+}
+
+TEST(ScriptedModel, MultiTowerWithAndWithoutTowerMlps) {
+  TempDir dir;
+  ScriptedExportsMatchThePipeline(dir, TrainWeightedModel(dir, R"(multi_tower {
+      towers { input: "deep" mlp { hidden_units: [8] activation: "nn.Tanh" use_ln: true } }
+      towers { input: "fm" }
+      final { hidden_units: [4] } })"));
 }
 
 TEST(ScriptedModel, ModelsWithoutATorchScriptFormExportWithoutOne) {

@@ -49,6 +49,15 @@ class GroupTowersImpl : public torch::nn::Module {
     }
     return out;
   }
+  // The same as TorchScript over the group locals (Model::ScriptInput); one local per tower.
+  std::vector<std::string> Script(ScriptWriter& w, const std::map<std::string, std::string>& inputs) const {
+    std::vector<std::string> out;
+    for (size_t t = 0; t < inputs_.size(); ++t) {
+      const std::string& in = inputs.at(inputs_[t]);
+      out.push_back(mlps_[t] ? mlps_[t]->Script(w, in, "tower_" + std::to_string(t)) : in);
+    }
+    return out;
+  }
 
  private:
   std::vector<std::string> inputs_;

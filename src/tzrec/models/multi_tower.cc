@@ -6,6 +6,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/models/group_towers.h"
 #include "tzrec/models/model.h"
 #include "tzrec/modules/mlp.h"
@@ -38,6 +39,13 @@ class MultiTower : public Model {
     std::vector<at::Tensor> parts = towers_->forward(BuildInput(batch));
     at::Tensor joined = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
     return HeadPredictions({output_->forward(final_->forward(joined))});
+  }
+
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    std::vector<std::string> parts = towers_->Script(w, ScriptInput(w, tables));
+    std::string joined = parts[0];
+    if (parts.size() > 1) joined = w.Let("towers", "torch.cat([" + Join(parts, ", ") + "], 1)");
+    ScriptHeadPredictions(w, {ScriptLinear(w, *output_, final_->Script(w, joined, "final_mlp"), "output_mlp")});
   }
 
  private:
