@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -52,7 +53,7 @@ void EmbeddingBench(int64_t rows, int threads) {
     optimizer.FinishStep();
   };
   for (int i = 0; i < 3; ++i) step();
-  const int steps = 20;
+  const int steps = 60;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   double seconds = Seconds(start);
@@ -101,7 +102,7 @@ void MlpBench(bool fast, int threads) {
     for (auto& b : biases) b.mutable_grad().reset();
   };
   for (int i = 0; i < 3; ++i) step();
-  const int steps = 20;
+  const int steps = 60;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   double ms = Seconds(start) / steps * 1e3;
@@ -169,8 +170,8 @@ int main(int argc, char** argv) {
     AtenGemmBench();
     return 0;
   }
-  if (only == "emb") {
-    EmbeddingBench(1000000, 1);
+  if (only == "emb") {  // emb [threads] [rows]
+    EmbeddingBench(argc > 3 ? std::atoll(argv[3]) : 1000000, argc > 2 ? std::atoi(argv[2]) : 1);
     return 0;
   }
   if (only == "mlp") {

@@ -1,6 +1,7 @@
 #include "tzrec/embedding/embedding_storage.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -92,8 +93,8 @@ void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_ro
 }
 
 int32_t* EmbeddingStorage::slots() {
-  if (slots_.empty()) slots_.assign(total_rows_, -1);
-  return slots_.data();
+  if (!slots_.defined()) slots_ = at::full({total_rows_}, -1, at::TensorOptions().dtype(at::kInt));
+  return slots_.data_ptr<int32_t>();
 }
 
 }  // namespace tzrec

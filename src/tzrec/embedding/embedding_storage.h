@@ -16,6 +16,7 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/embedding/sparse_optimizer.h"
+#include "tzrec/kernels/cpu_kernels.h"
 
 namespace tzrec {
 
@@ -90,6 +91,7 @@ class EmbeddingStorage {
   struct BackwardScratch {
     std::vector<int64_t> unique_rows;
     std::vector<float> grad_sums;
+    std::vector<PartitionEntry> entries;  // with several partitions
   };
   std::vector<BackwardScratch>& backward_scratch(int64_t parts) {
     if (static_cast<int64_t>(backward_scratch_.size()) < parts) backward_scratch_.resize(parts);
@@ -104,7 +106,10 @@ class EmbeddingStorage {
   int64_t total_rows_ = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
   at::Tensor data_;
-  std::vector<int32_t> slots_;
+  // 64-byte aligned (a c10 allocation), so the 16-entry blocks the backward partitions by
+  // are whole cache lines (malloc aligns to 16 bytes only, so a block could straddle the
+  // line of another thread's block). Measured: no change in the 2-thread backward here.
+  at::Tensor slots_;
   std::vector<BackwardScratch> backward_scratch_;
 };
 

@@ -73,7 +73,9 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
     if (static_cast<int64_t>(s.unique_rows.size()) < total) {
       s.unique_rows.resize(total);
       s.grad_sums.resize(total * storage->dim());
+      if (parts > 1) s.entries.resize(total);
     }
+    if (parts > 1 && static_cast<int64_t>(s.entries.size()) < total) s.entries.resize(total);
   }
   const RowUpdateParams params = MakeRowUpdateParams(storage->optimizer().spec(), iteration);
   const CpuKernels& kernels = ActiveCpuKernels();
@@ -82,7 +84,7 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
       kernels.backward_update_partition(
           storage->data(), storage->row_width(), storage->dim(), slots, lookups.data(),
           static_cast<int>(lookups.size()), bags, grad, params, part, parts,
-          scratch[part].unique_rows.data(), scratch[part].grad_sums.data());
+          scratch[part].unique_rows.data(), scratch[part].grad_sums.data(), scratch[part].entries.data());
     }
   });
 }

@@ -45,6 +45,14 @@ struct RowUpdateParams {
   float bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
 };
 
+// One id of a partition's share of a batch, compacted before it is accumulated
+// (backward_update_partition with several partitions).
+struct PartitionEntry {
+  int64_t row;
+  const float* grad;
+  float factor;
+};
+
 struct CpuKernels {
   const char* isa;  // "baseline", "avx2" or "avx512"
 
@@ -59,13 +67,14 @@ struct CpuKernels {
   // -1 before returning); its gradient is summed into grad_sums[slot] in occurrence order
   // (lookup, bag, id: deterministic for any thread count), then the optimizer updates the
   // row in place. Scratch capacity: one entry of unique_rows and `dim` floats of grad_sums
-  // per trainable id of the batch. Lookups with `own_bags` >= 0 use their own layout (see
-  // LookupArgs). Returns the number of rows updated.
+  // per trainable id of the batch, and with parts > 1 one `entries` element per trainable id
+  // too. Lookups with `own_bags` >= 0 use their own layout (see LookupArgs). Returns the number
+  // of rows updated.
   int64_t (*backward_update_partition)(float* data, int row_width, int dim, int32_t* slots,
                                        const LookupArgs* lookups, int num_lookups, int64_t bags,
                                        const float* grad, const RowUpdateParams& params,
                                        int64_t part, int64_t parts, int64_t* unique_rows,
-                                       float* grad_sums);
+                                       float* grad_sums, PartitionEntry* entries);
 
   // DLRM interaction of samples [begin, end): x [B, n, dim] -> out [B, n(n-1)/2] with
   // out = <x_i, x_j> for i < j (row-major upper triangle). `scratch`: InteractionScratch(n, dim).
