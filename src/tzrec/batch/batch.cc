@@ -4,7 +4,9 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <memory>
+#include <random>
 
 #include "tzrec/common/error.h"
 
@@ -141,6 +143,39 @@ at::Tensor FirstIdPerRow(const JaggedIds& ids) {
   int64_t* first = out.data_ptr<int64_t>();
   for (int64_t i = 0; i < rows; ++i) first[i] = o[i + 1] > o[i] ? v[o[i]] : 0;
   return out;
+}
+
+Batch SyntheticBatch(const std::vector<const Feature*>& features, int64_t rows, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ParsedBatch parsed;
+  parsed.size = rows;
+  for (const Feature* feature : features) {
+    if (feature->is_sparse()) {
+      SparseValues& sparse = parsed.sparse[feature->name()];
+      sparse.sequence = feature->is_sequence();
+      const int64_t ids = std::max<int64_t>(feature->num_embeddings(), 1);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int count = static_cast<int>(rng() % 4);
+        sparse.lengths.push_back(count);
+        if (sparse.sequence) {
+          for (int s = 0; s < count; ++s) sparse.key_lengths.push_back(1);
+        }
+        for (int i = 0; i < count; ++i) {
+          sparse.values.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(ids)));
+          if (feature->weighted()) sparse.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
+        }
+      }
+    } else {
+      DenseValues& dense = parsed.dense[feature->name()];
+      dense.dim = feature->value_dim();
+      dense.sequence = feature->is_sequence();
+      if (dense.sequence) dense.lengths.assign(rows, 1);  // one step per row
+      for (int64_t i = 0; i < rows * dense.dim; ++i) {
+        dense.values.push_back(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f);
+      }
+    }
+  }
+  return ToBatch(std::move(parsed));
 }
 
 }  // namespace tzrec

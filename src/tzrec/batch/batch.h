@@ -22,6 +22,7 @@
 
 #include "tzrec/data/data_position.h"
 #include "tzrec/data/parsed_batch.h"
+#include "tzrec/features/feature.h"
 
 namespace tzrec {
 
@@ -77,6 +78,11 @@ struct Batch {
 
 // Moves a parsed batch (all features in __BASE__) into tensors.
 Batch ToBatch(ParsedBatch&& parsed);
+
+// `rows` rows of every feature of `features` with random ids in each table's range (0-3 per
+// sparse row, empty rows included), random weights in [0, 2) and random dense values in
+// [-1, 1]: inputs that reach every branch of a lookup (scripted-model checks, serving warm-up).
+Batch SyntheticBatch(const std::vector<const Feature*>& features, int64_t rows, uint64_t seed);
 
 // The first id of each row of `ids` (0 for rows without ids), as TorchEasyRec's
 // to_padded_dense(1)[:, 0]: grouping keys and session ids.

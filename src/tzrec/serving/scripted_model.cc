@@ -4,7 +4,6 @@
 #include <ATen/ops/isfinite.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include <random>
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/logging.h"
@@ -18,39 +17,6 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 }  // namespace
-
-Batch SyntheticBatch(const std::vector<const Feature*>& features, int64_t rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  ParsedBatch parsed;
-  parsed.size = rows;
-  for (const Feature* feature : features) {
-    if (feature->is_sparse()) {
-      SparseValues& sparse = parsed.sparse[feature->name()];
-      sparse.sequence = feature->is_sequence();
-      const int64_t ids = std::max<int64_t>(feature->num_embeddings(), 1);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int count = static_cast<int>(rng() % 4);
-        sparse.lengths.push_back(count);
-        if (sparse.sequence) {
-          for (int s = 0; s < count; ++s) sparse.key_lengths.push_back(1);
-        }
-        for (int i = 0; i < count; ++i) {
-          sparse.values.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(ids)));
-          if (feature->weighted()) sparse.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
-        }
-      }
-    } else {
-      DenseValues& dense = parsed.dense[feature->name()];
-      dense.dim = feature->value_dim();
-      dense.sequence = feature->is_sequence();
-      if (dense.sequence) dense.lengths.assign(rows, 1);  // one step per row
-      for (int64_t i = 0; i < rows * dense.dim; ++i) {
-        dense.values.push_back(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f);
-      }
-    }
-  }
-  return ToBatch(std::move(parsed));
-}
 
 torch::jit::Module BuildScriptedModule(const Model& model, const StoredTables& tables) {
   ScriptWriter w;

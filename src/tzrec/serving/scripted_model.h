@@ -32,10 +32,6 @@ torch::jit::Module BuildScriptedModule(const Model& model, const StoredTables& t
 // The module of a writer's source and tensors (float32 tensors as parameters, others buffers).
 torch::jit::Module ModuleFromScript(const ScriptWriter& w);
 
-// `rows` rows of every feature of `features` with random ids in each table's range (0-3 per
-// sparse row, empty rows included), random weights in [0, 2) and random dense values in
-// [-1, 1]: inputs that reach every branch of a lookup.
-Batch SyntheticBatch(const std::vector<const Feature*>& features, int64_t rows, uint64_t seed);
 
 // The scripted model's inputs for `batch`: every generated feature of `features` in
 // TorchEasyRec's names and dtypes (ids and lengths int64).

@@ -108,29 +108,10 @@ std::shared_ptr<LoadedModel> LoadModel(const std::string& dir, const std::string
   model->manifest = ReadExportManifest(dir);
   model->pipeline = LoadExportedPipeline(dir, PipelineMode::kPredict);
   model->list_separator = model->pipeline->config.data_config().fg_encoded_multival_sep();
-  // Warm-up before the version serves: one forward on a few synthetic rows (id 0 for every
-  // sparse feature, zeros for dense ones) so that its first requests do not pay for one-time
-  // allocations and kernel setup.
-  ParsedBatch warm;
-  warm.size = 8;
-  for (const Feature* feature : model->pipeline->FeaturePointers()) {
-    if (feature->is_sparse()) {
-      SparseValues& sparse = warm.sparse[feature->name()];
-      sparse.sequence = feature->is_sequence();
-      sparse.values.assign(warm.size, 0);
-      sparse.lengths.assign(warm.size, 1);
-      if (sparse.sequence) sparse.key_lengths.assign(warm.size, 1);
-      if (feature->weighted()) sparse.weights.assign(warm.size, 1.0f);
-    } else {
-      DenseValues& dense = warm.dense[feature->name()];
-      dense.dim = feature->value_dim();
-      dense.sequence = feature->is_sequence();
-      dense.values.assign(warm.size * dense.dim, 0.0f);
-      if (dense.sequence) dense.lengths.assign(warm.size, 1);
-    }
-  }
+  // Warm-up before the version serves: one forward on a few synthetic rows, so that its first
+  // requests do not pay for one-time allocations and kernel setup.
   c10::NoGradGuard no_grad;
-  model->pipeline->model->Predict(ToBatch(std::move(warm)));
+  model->pipeline->model->Predict(SyntheticBatch(model->pipeline->FeaturePointers(), 8, 1));
   return model;
 }
 
@@ -426,23 +407,15 @@ struct Server::Impl {
     std::shared_ptr<LoadedModel> model = Current();
     const std::string list_separator = model->list_separator;
     RecordBatch records = RankToRecords(user, id_column, item_ids, context, list_separator);
-    if (!items) {
-      auto [outputs, version] = ScoreRecords(std::move(model), records);
-      Json result = {{"item_ids", item_ids}, {"model_version", version}};
-      Json columns = Json::object();
-      for (const auto& [key, tensor] : outputs) {
-        columns[key] = std::vector<float>(tensor.data_ptr<float>(), tensor.data_ptr<float>() + tensor.numel());
-      }
-      result["outputs"] = std::move(columns);
-      return result;
-    }
-    // Items missing from the item table are not scored: every output of theirs is
+    // With an item table, items missing from it are not scored: every output of theirs is
     // --item_empty_score (the TorchEasyRec Processor's item_empty_score), and the answer lists them.
-    const std::vector<int64_t> table_rows = items->Find(*records.Find(id_column));
+    const size_t count = records.num_rows();
     std::vector<size_t> known;
     std::vector<int64_t> known_rows;
     Json unknown = Json::array();
-    for (size_t i = 0; i < table_rows.size(); ++i) {
+    const std::vector<int64_t> table_rows =
+        items ? items->Find(*records.Find(id_column)) : std::vector<int64_t>(count, 0);
+    for (size_t i = 0; i < count; ++i) {
       if (table_rows[i] >= 0) {
         known.push_back(i);
         known_rows.push_back(table_rows[i]);
@@ -453,8 +426,8 @@ struct Server::Impl {
     std::map<std::string, at::Tensor> outputs;
     std::string version = model->version;
     if (!known.empty()) {
-      RecordBatch known_records = known.size() == table_rows.size() ? std::move(records) : SelectRows(records, known);
-      items->AppendItemColumns(known_rows, &known_records);
+      RecordBatch known_records = known.size() == count ? std::move(records) : SelectRows(records, known);
+      if (items) items->AppendItemColumns(known_rows, &known_records);
       std::tie(outputs, version) = ScoreRecords(model, known_records);
     }
     Json columns = Json::object();
@@ -462,8 +435,8 @@ struct Server::Impl {
       const std::string key = output["name"].get<std::string>();
       int64_t width = 1;
       for (size_t d = 1; d < output["shape"].size(); ++d) width *= output["shape"][d].get<int64_t>();
-      std::vector<float> values(table_rows.size() * width, static_cast<float>(options.item_empty_score));
       auto it = outputs.find(key);
+      std::vector<float> values(count * width, static_cast<float>(options.item_empty_score));
       if (it != outputs.end()) {
         const float* scored = it->second.data_ptr<float>();
         for (size_t k = 0; k < known.size(); ++k) {
