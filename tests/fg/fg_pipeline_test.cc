@@ -31,6 +31,9 @@ void CheckGeneratedFeatures(const std::string& name, const std::string& edits) {
   gen.num_files = 1;
   auto data = GenerateMockData(config, gen);
   EXPECT_GT(data.oracle_auc, 0.6);
+  if (config.data_config().has_negative_sampler()) {
+    config.mutable_data_config()->mutable_negative_sampler()->set_input_path(data.sampler_tables.at("item_table"));
+  }
 
   gen_data_test::ConfigDataset read(config, data.train_pattern);
   const std::vector<const Feature*>& pointers = read.pointers;
@@ -41,10 +44,12 @@ void CheckGeneratedFeatures(const std::string& name, const std::string& edits) {
   int sequences = 0;
   for (const Feature* f : pointers) {
     SCOPED_TRACE(f->name());
+    // Item features of a negative sampler also hold the sampled items' rows.
+    const int64_t feature_rows = batch.size + (f->data_group() == "__NEG__" ? batch.sampled_rows : 0);
     if (f->is_sparse()) {
       ASSERT_TRUE(batch.sparse.count(f->name()));
       const SparseValues& sv = batch.sparse.at(f->name());
-      ASSERT_EQ(static_cast<int64_t>(sv.lengths.size()), batch.size);
+      ASSERT_EQ(static_cast<int64_t>(sv.lengths.size()), feature_rows);
       int64_t values = 0;
       if (f->is_sequence()) {
         ++sequences;
@@ -64,7 +69,7 @@ void CheckGeneratedFeatures(const std::string& name, const std::string& edits) {
     } else {
       ASSERT_TRUE(batch.dense.count(f->name()));
       const DenseValues& dv = batch.dense.at(f->name());
-      int64_t rows = batch.size;
+      int64_t rows = feature_rows;
       if (f->is_sequence()) {
         ++sequences;
         rows = 0;

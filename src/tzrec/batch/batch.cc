@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "tzrec/common/error.h"
 
@@ -89,8 +90,18 @@ Batch ToBatch(ParsedBatch&& parsed) {
   batch.size = b;
   DataGroupBatch& base = batch.data_groups[kBaseDataGroup];
   base.size = b;
+  // Sampled features (negative sampler) hold the batch's rows and then the sampled ones, in
+  // their own data group, or in __BASE__ (force_base_data_group: every feature is padded).
+  const std::set<std::string> sampled(owner->sampled_features.begin(), owner->sampled_features.end());
+  auto group_of = [&](const std::string& name) -> std::pair<DataGroupBatch*, int64_t> {
+    if (!sampled.count(name)) return {&base, b};
+    DataGroupBatch& group = batch.data_groups[owner->sampled_group];
+    group.size = b + owner->sampled_rows;
+    return {&group, group.size};
+  };
   for (auto& kv : owner->sparse) {
     SparseValues& sv = kv.second;
+    auto [group, rows] = group_of(kv.first);
     at::Tensor values = Borrow(owner, sv.values, {static_cast<int64_t>(sv.values.size())}, at::kLong);
     at::Tensor weights;
     if (!sv.weights.empty()) {
@@ -100,29 +111,34 @@ Batch ToBatch(ParsedBatch&& parsed) {
       SequenceIds seq;
       seq.values = values;
       seq.weights = weights;
-      seq.step_lengths = Borrow(owner, sv.lengths, {b}, at::kInt);
+      seq.step_lengths = Borrow(owner, sv.lengths, {rows}, at::kInt);
       seq.key_lengths = Borrow(owner, sv.key_lengths, {static_cast<int64_t>(sv.key_lengths.size())}, at::kInt);
       seq.key_offsets = Offsets(sv.key_lengths);
-      base.sequences.emplace(kv.first, std::move(seq));
+      group->sequences.emplace(kv.first, std::move(seq));
       continue;
     }
     JaggedIds ids;
     ids.values = values;
     ids.weights = weights;
-    ids.lengths = Borrow(owner, sv.lengths, {b}, at::kInt);
+    ids.lengths = Borrow(owner, sv.lengths, {rows}, at::kInt);
     ids.offsets = Offsets(sv.lengths);
-    base.sparse.emplace(kv.first, std::move(ids));
+    group->sparse.emplace(kv.first, std::move(ids));
   }
   for (auto& kv : owner->dense) {
     DenseValues& dv = kv.second;
+    auto [group, rows] = group_of(kv.first);
     if (dv.sequence) {
       const int64_t steps = dv.dim > 0 ? static_cast<int64_t>(dv.values.size()) / dv.dim : 0;
-      base.dense_sequences.emplace(
+      group->dense_sequences.emplace(
           kv.first, DenseSequence{Borrow(owner, dv.values, {steps, dv.dim}, at::kFloat),
-                                  Borrow(owner, dv.lengths, {b}, at::kInt)});
+                                  Borrow(owner, dv.lengths, {rows}, at::kInt)});
       continue;
     }
-    base.dense.emplace(kv.first, Borrow(owner, dv.values, {b, dv.dim}, at::kFloat));
+    group->dense.emplace(kv.first, Borrow(owner, dv.values, {rows, dv.dim}, at::kFloat));
+  }
+  if (!owner->hard_neg_indices.empty()) {
+    const int64_t n = static_cast<int64_t>(owner->hard_neg_indices.size() / 2);
+    batch.hard_neg_indices = Borrow(owner, owner->hard_neg_indices, {n, 2}, at::kInt).to(at::kLong);
   }
   for (auto& kv : owner->labels) batch.labels.emplace(kv.first, Borrow(owner, kv.second, {b}, at::kFloat));
   for (auto& kv : owner->sample_weights) {

@@ -2,8 +2,9 @@
 // model (DESIGN: data -> model boundary).
 //
 // Built from a ParsedBatch without copying (tensors borrow the reader's vectors and keep them
-// alive). Features live in data groups: "__BASE__" holds the batch's own rows; sampled
-// negatives will arrive as "__NEG__" with their own row count. Per group:
+// alive). Features live in data groups: "__BASE__" holds the batch's own rows; with a negative
+// sampler, "__NEG__" holds the item features of the batch's rows followed by the sampled items'
+// (force_base_data_group: every feature in "__BASE__", padded to that many rows). Per group:
 //   sparse         jagged ids: int64 `values`, int32 `lengths` [rows], int64 `offsets` [rows+1],
 //                  float `weights` [values] for weighted features
 //   dense          float [rows, value_dim]
@@ -63,6 +64,9 @@ struct Batch {
   std::map<std::string, at::Tensor> sample_weights;  // float [size]
   std::map<std::string, std::vector<std::string>> reserved;
   RowPositions positions;
+  // Hard negatives: int64 [n_hard, 2] of (batch row, slot); their item rows are the last
+  // n_hard rows of the sampled group (undefined without hard negatives).
+  at::Tensor hard_neg_indices;
 
   const DataGroupBatch& group(const std::string& name) const;
   const DataGroupBatch& base() const { return group(kBaseDataGroup); }
@@ -76,7 +80,7 @@ struct Batch {
   const at::Tensor& SampleWeight(const std::string& name) const;
 };
 
-// Moves a parsed batch (all features in __BASE__) into tensors.
+// Moves a parsed batch into tensors.
 Batch ToBatch(ParsedBatch&& parsed);
 
 // `rows` rows of every feature of `features` with random ids in each table's range (0-3 per

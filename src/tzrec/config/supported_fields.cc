@@ -41,27 +41,7 @@ const std::vector<std::string>& PipelineFields() {
       "export_config.metric_larger_is_better",
       "eval_config.num_steps",
       "eval_config.log_step_count_steps",
-      // data_config: dataset_type / fg_mode values are checked by the dataset; fields only one
-      // dataset type reads are declared by its reader registration (input/dataset_reader.h).
-      "data_config.batch_size",
-      "data_config.dataset_type",
-      "data_config.fg_encoded_multival_sep",
-      "data_config.label_fields",
-      "data_config.num_workers",
-      "data_config.pin_memory",
-      "data_config.eval_batch_size",
-      "data_config.drop_remainder",
-      "data_config.fg_threads",
-      "data_config.sample_weight_fields",
-      "data_config.fg_mode",
-      "data_config.shuffle",
-      "data_config.shuffle_buffer_size",
-      "data_config.in_order",
-      // MaxCompute read settings: no effect on other datasets, as in TorchEasyRec (the dataset
-      // logs that).
-      "data_config.odps_data_quota_name",
-      "data_config.odps_data_compression",
-      "data_config.is_orderby_partition",
+      "data_config",  // its own fields: kDataConfigFields below
       "model_config",
       "feature_configs",
   };
@@ -82,6 +62,17 @@ std::map<std::string, std::vector<std::string>>& BaseFields() {
   static std::map<std::string, std::vector<std::string>> fields;
   return fields;
 }
+
+// data_config: dataset_type / fg_mode values are checked by the dataset; fields only one dataset
+// type reads are declared by its reader registration (input/dataset_reader.h), the sampler
+// oneof's by the samplers (input/sampler.h). MaxCompute read settings have no effect on other
+// datasets, as in TorchEasyRec (the dataset logs that).
+const bool kDataConfigFields = HonourMessageFields(
+    "tzrec.protos.DataConfig",
+    {"batch_size", "dataset_type", "fg_encoded_multival_sep", "label_fields", "num_workers",
+     "pin_memory", "eval_batch_size", "drop_remainder", "fg_threads", "sample_weight_fields",
+     "fg_mode", "shuffle", "shuffle_buffer_size", "in_order", "force_base_data_group",
+     "odps_data_quota_name", "odps_data_compression", "is_orderby_partition"});
 
 enum class Coverage { kNone, kPartial, kFull };
 

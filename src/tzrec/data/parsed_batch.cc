@@ -5,6 +5,7 @@
 namespace tzrec {
 
 void ParsedBatch::Append(const ParsedBatch& other) {
+  TZREC_CHECK(sampled_rows == 0 && other.sampled_rows == 0, "appending batches with sampled rows");
   if (size == 0 && sparse.empty() && dense.empty() && labels.empty() && reserved.empty()) {
     *this = other;
     return;
@@ -27,13 +28,21 @@ void ParsedBatch::Append(const ParsedBatch& other) {
     auto& mine = reserved[kv.first];
     mine.insert(mine.end(), kv.second.begin(), kv.second.end());
   }
+  for (const auto& kv : other.id_columns) {
+    auto& mine = id_columns[kv.first];
+    mine.insert(mine.end(), kv.second.begin(), kv.second.end());
+  }
   positions.Append(other.positions);
   size += other.size;
 }
 
 ParsedBatch ParsedBatch::Slice(int64_t begin, int64_t end) const {
   TZREC_CHECK(0 <= begin && begin <= end && end <= size);
+  TZREC_CHECK(sampled_rows == 0, "slicing a batch with sampled rows");
   ParsedBatch out;
+  for (const auto& kv : id_columns) {
+    out.id_columns[kv.first].assign(kv.second.begin() + begin, kv.second.begin() + end);
+  }
   out.size = end - begin;
   for (const auto& kv : sparse) {
     const SparseValues& src = kv.second;

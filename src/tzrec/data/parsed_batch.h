@@ -51,8 +51,18 @@ struct ParsedBatch {
   // Input columns passed through untouched as text (predict's reserved columns), by name.
   std::map<std::string, std::vector<std::string>> reserved;
   RowPositions positions;  // where each row came from (exact resume)
+  // Integer id columns a negative sampler reads (item_id_field, user_id_field), one per row;
+  // consumed when the sampler runs.
+  std::map<std::string, std::vector<int64_t>> id_columns;
+  // After sampling: features of `sampled_group` hold `size + sampled_rows` rows (the batch's,
+  // then the sampled items'); "__BASE__" when force_base_data_group pads every feature.
+  int64_t sampled_rows = 0;
+  std::string sampled_group;
+  std::vector<std::string> sampled_features;
+  // Hard negatives: (batch row, slot) pairs, flattened; their rows are the last sampled ones.
+  std::vector<int32_t> hard_neg_indices;
 
-  // Appends all rows of `other` (which must have the same keys).
+  // Appends all rows of `other` (which must have the same keys). Neither may have sampled rows.
   void Append(const ParsedBatch& other);
   // Moves rows [begin, end) into a new batch.
   ParsedBatch Slice(int64_t begin, int64_t end) const;

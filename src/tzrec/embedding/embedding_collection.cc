@@ -72,10 +72,26 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
   optimizer_ = options.optimizer;
   exchange_ = std::move(options.exchange);
   comm_ = options.comm;
-  std::map<int, size_t> storage_of_dim;
+  // A fused storage looks its tables up in one call with one bag count, so tables read from
+  // different data groups (sampled item features have more rows) get storages of their own.
+  std::map<std::pair<int, std::string>, size_t> storage_of_dim;
   std::vector<size_t> storage_of_table;
+  std::vector<std::string> group_of_table(specs_.size());
+  for (const auto* lookups : {&lookups_, &sequence_lookups_}) {
+    for (const LookupSpec& lookup : *lookups) {
+      std::string& group = group_of_table[lookup.table];
+      const std::string& mine = lookup.feature->data_group();
+      if (!group.empty() && group != mine) {
+        Fail("embedding table '", specs_[lookup.table].name, "' is read by features of data groups ", group,
+             " and ", mine, " (e.g. '", lookup.feature->name(), "'); a shared table needs one data group ",
+             "(data_config.force_base_data_group: true puts every feature in __BASE__)");
+      }
+      group = mine;
+    }
+  }
   tables_.clear();
-  for (const EmbeddingTableSpec& spec : specs_) {
+  for (size_t t = 0; t < specs_.size(); ++t) {
+    const EmbeddingTableSpec& spec = specs_[t];
     auto sharded = options.shards.find(spec.name);
     if (sharded != options.shards.end() && sharded->second.sharded()) {
       TZREC_CHECK(comm_ != nullptr, "sharded table '", spec.name, "' without a process group");
@@ -90,7 +106,7 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
     // INT8 tables (inference) share storages of their own, keyed by -dim.
     const bool int8 = options.int8_tables.count(spec.name) > 0;
     TZREC_CHECK(!int8 || !optimizer_, "INT8 table '", spec.name, "' with an optimizer");
-    const int key = int8 ? -spec.dim : spec.dim;
+    const std::pair<int, std::string> key(int8 ? -spec.dim : spec.dim, group_of_table[t]);
     auto it = storage_of_dim.find(key);
     if (it == storage_of_dim.end()) {
       storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer_, int8));

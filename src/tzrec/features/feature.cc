@@ -20,6 +20,7 @@ using fg::StringField;
 
 Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
     : context_(std::move(context)) {
+  data_group_ = context_.data_group;
   const Message& msg = *info.config;
   name_ = info.name;
   type_ = info.type;
@@ -263,6 +264,18 @@ void Feature::ParseDense(const RecordBatch& batch, const Column& column, DenseVa
 std::vector<std::unique_ptr<Feature>> CreateFeatures(
     const google::protobuf::RepeatedPtrField<protos::FeatureConfig>& configs,
     const protos::DataConfig& data_config) {
+  std::set<std::string> neg_fields;
+  const auto* sampler_oneof = data_config.GetDescriptor()->FindOneofByName("sampler");
+  const FieldDescriptor* sampler = data_config.GetReflection()->GetOneofFieldDescriptor(data_config, sampler_oneof);
+  if (sampler && sampler->name() != "tdm_sampler") {
+    const Message& sampler_config = data_config.GetReflection()->GetMessage(data_config, sampler);
+    const FieldDescriptor* attr_fields = sampler_config.GetDescriptor()->FindFieldByName("attr_fields");
+    const int n = sampler_config.GetReflection()->FieldSize(sampler_config, attr_fields);
+    for (int i = 0; i < n; ++i) {
+      neg_fields.insert(sampler_config.GetReflection()->GetRepeatedString(sampler_config, attr_fields, i));
+    }
+  }
+  const bool fg_inputs = data_config.fg_mode() == protos::FG_NORMAL || data_config.fg_mode() == protos::FG_DAG;
   std::vector<std::unique_ptr<Feature>> features;
   for (const fg::FeatureInfo& info : fg::DescribeFeatures(configs, data_config.fg_mode())) {
     if (info.stub) continue;  // FG intermediates are not model inputs
@@ -270,6 +283,17 @@ std::vector<std::unique_ptr<Feature>> CreateFeatures(
     context.fg_mode = data_config.fg_mode();
     context.multival_sep = data_config.fg_encoded_multival_sep();
     context.config_path = info.config_path;
+    // TorchEasyRec's feature.inputs: the feature's own name without FG, else its inputs' names.
+    bool negative = false;
+    if (!fg_inputs) {
+      negative = neg_fields.count(info.name) > 0;
+    } else {
+      for (const fg::FeatureInput& input : info.inputs) {
+        if (input.side != fg::Side::kConst && neg_fields.count(input.column)) negative = true;
+      }
+    }
+    context.negative = negative;
+    context.data_group = negative && !data_config.force_base_data_group() ? "__NEG__" : "__BASE__";
     features.push_back(std::make_unique<Feature>(info, context));
   }
   return features;

@@ -28,6 +28,8 @@ struct FeatureContext {
   protos::FgMode fg_mode = protos::FG_NONE;
   std::string multival_sep = "\x03";  // data_config.fg_encoded_multival_sep
   std::string config_path;            // e.g. "feature_configs[3].id_feature" for errors
+  std::string data_group = "__BASE__";  // "__NEG__": an item feature the sampler fills too
+  bool negative = false;  // reads a negative sampler's attr_fields (also under force_base_data_group)
 };
 
 class Feature {
@@ -37,9 +39,11 @@ class Feature {
   const std::string& name() const { return name_; }
   const std::string& config_path() const { return context_.config_path; }
   const std::string& type() const { return type_; }
-  // Data group of the batch holding this feature ("__BASE__"; sampled-negative item features
-  // will live in "__NEG__").
+  // Data group of the batch holding this feature: "__BASE__", or "__NEG__" for features that
+  // read a negative sampler's attr_fields (their rows: the batch's, then the sampled items').
   const std::string& data_group() const { return data_group_; }
+  // Reads a negative sampler's attributes: the sampled items' rows follow the batch's.
+  bool negative() const { return context_.negative; }
 
   bool is_sparse() const { return is_sparse_; }
   // Sequence features ([B, T] steps per row); sparse ones may have several ids per step.
@@ -75,7 +79,7 @@ class Feature {
   FeatureContext context_;
   std::string name_;
   std::string type_;
-  std::string data_group_ = "__BASE__";
+  std::string data_group_;
   bool is_sparse_ = false;
   bool is_sequence_ = false;
   std::string sequence_delim_;
@@ -92,7 +96,9 @@ class Feature {
 };
 
 // Builds all features of a pipeline config (grouped sequences expanded), checking names are
-// unique and every field is supported.
+// unique and every field is supported. As TorchEasyRec's create_features: with a negative
+// sampler (not tdm_sampler), features whose inputs include one of its attr_fields go to
+// "__NEG__", unless data_config.force_base_data_group keeps every feature in "__BASE__".
 std::vector<std::unique_ptr<Feature>> CreateFeatures(
     const google::protobuf::RepeatedPtrField<protos::FeatureConfig>& configs,
     const protos::DataConfig& data_config);

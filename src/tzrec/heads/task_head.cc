@@ -1,10 +1,13 @@
 #include "tzrec/heads/task_head.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/nan_to_num.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "tzrec/common/error.h"
 #include "tzrec/config/oneof.h"
@@ -12,6 +15,15 @@
 
 namespace tzrec {
 namespace {
+
+// TorchEasyRec's metric names: the config member's name, except "recall@<top_k>".
+std::string MetricName(const google::protobuf::Message& config, const google::protobuf::FieldDescriptor* which) {
+  if (which->name() != "recall_at_k") return which->name();
+  const auto& member = config.GetReflection()->GetMessage(config, which);
+  const auto* top_k = member.GetDescriptor()->FindFieldByName("top_k");
+  return StrCat("recall@", member.GetReflection()->GetUInt32(member, top_k));
+}
+
 
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
@@ -110,6 +122,12 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
     }
   }
   if (!spec_.losses || spec_.losses->empty()) Fail(where, ".losses: at least one loss is required");
+  if (spec_.match != TaskSpec::Match::kNone) {
+    if (spec_.losses->size() != 1 || SetOneofMember(spec_.losses->Get(0), "loss") == nullptr ||
+        SetOneofMember(spec_.losses->Get(0), "loss")->name() != "softmax_cross_entropy") {
+      Fail(where, ".losses: a match model takes exactly one loss, softmax_cross_entropy");
+    }
+  }
   std::set<std::string> names;
   for (int i = 0; i < spec_.losses->size(); ++i) {
     const protos::LossConfig& config = spec_.losses->Get(i);
@@ -121,7 +139,9 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
                     loss_where + "." + type, context.sparse_features};
     const std::string name = type + suffix_;
     if (!names.insert(name).second) Fail(loss_where, ": loss '", name, "' is configured twice");
-    losses_.emplace_back(name, LossRegistry().Get(type)(ctx));
+    // A match head computes its softmax cross entropy itself (its class count is the batch's
+    // similarity width, not num_class).
+    losses_.emplace_back(name, spec_.match != TaskSpec::Match::kNone ? nullptr : LossRegistry().Get(type)(ctx));
     loss_means_.emplace_back(name, std::make_unique<MeanMetric>());
   }
   // What this task predicts, to check every metric reads something it produces.
@@ -134,8 +154,10 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
       Fail(metric_where, ": reads the prediction '", metric.prediction + suffix_,
            "', which this task does not produce (its losses give: ", produced, ")");
     }
-    if (metric.label_width != 1) {
-      Fail(metric_where, ": needs per-item relevance labels (a match model's), not supported here");
+    if ((metric.label_width != 1) != (spec_.match != TaskSpec::Match::kNone)) {
+      Fail(metric_where, metric.label_width != 1
+                             ? ": needs per-item relevance labels (a match model's), not supported here"
+                             : ": a match model's only metric is recall_at_k");
     }
     if (!metric.grouping_key.empty() && !context.sparse_features.count(metric.grouping_key)) {
       Fail(metric_where, ".grouping_key: '", metric.grouping_key,
@@ -151,7 +173,7 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
       MetricContext ctx{&config.GetReflection()->GetMessage(config, which), spec_.num_class, metric_where};
       MetricSpec metric = MetricRegistry().Get(which->name())(ctx);
       check_reads(metric, metric_where + "." + which->name());
-      const std::string name = which->name() + suffix_;
+      const std::string name = MetricName(config, which) + suffix_;
       if (!names.insert(name).second) Fail(metric_where, ": metric '", name, "' is configured twice");
       metrics_.push_back({name, std::move(metric)});
     }
@@ -170,7 +192,7 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
       MetricContext ctx{&config.GetReflection()->GetMessage(config, which), spec_.num_class, metric_where};
       MetricSpec metric = TrainMetricRegistry().Get(which->name())(ctx);
       check_reads(metric, metric_where + "." + which->name());
-      const std::string name = which->name() + suffix_;
+      const std::string name = MetricName(config, which) + suffix_;
       if (!train_names.insert(name).second) {
         Fail(metric_where, ": train metric '", name, "' is configured twice");
       }
@@ -182,10 +204,15 @@ TaskHead::TaskHead(TaskSpec spec, const HeadContext& context) : spec_(std::move(
 }
 
 void TaskHead::AddPredictions(const at::Tensor& output, Predictions* out) const {
+  if (spec_.match != TaskSpec::Match::kNone) {
+    (*out)["similarity" + suffix_] = output;
+    return;
+  }
   for (const auto& loss : losses_) loss.second->AddPredictions(output, suffix_, out);
 }
 
 void TaskHead::ScriptPredictions(ScriptWriter& w, const std::string& output) const {
+  if (spec_.match != TaskSpec::Match::kNone) ScriptWriter::Unsupported("match model predictions");
   for (const auto& loss : losses_) loss.second->ScriptPredictions(w, output, spec_.num_class, suffix_);
 }
 
@@ -210,7 +237,19 @@ at::Tensor TaskHead::LossWeight(const Batch& batch) const {
   return at::Tensor();
 }
 
+at::Tensor TaskHead::MatchTargets(const at::Tensor& pred) const {
+  const auto options = at::TensorOptions().dtype(at::kLong);
+  return spec_.match == TaskSpec::Match::kDiagonal ? at::arange(pred.size(0), options)
+                                                   : at::zeros({pred.size(0)}, options);
+}
+
 void TaskHead::ComputeLosses(const Predictions& predictions, const Batch& batch, NamedLosses* out) const {
+  if (spec_.match != TaskSpec::Match::kNone) {
+    const at::Tensor& pred = PredictionOf(predictions, "similarity", suffix_);
+    at::Tensor per_row = at::cross_entropy_loss(pred, MatchTargets(pred), {}, at::Reduction::None);
+    out->emplace_back(losses_.front().first, ReduceLoss(per_row, LossWeight(batch)));
+    return;
+  }
   const at::Tensor& label = batch.Label(spec_.label_name);
   const at::Tensor weight = LossWeight(batch);
   for (const auto& [name, loss] : losses_) {
@@ -220,6 +259,7 @@ void TaskHead::ComputeLosses(const Predictions& predictions, const Batch& batch,
 
 std::vector<std::pair<std::string, LabelDomain>> TaskHead::LabelDomains() const {
   std::vector<std::pair<std::string, LabelDomain>> out;
+  if (spec_.match != TaskSpec::Match::kNone) return out;  // the data label is not read
   for (const auto& [name, loss] : losses_) out.emplace_back(name, loss->label_domain());
   return out;
 }
@@ -231,13 +271,20 @@ std::vector<double> TaskHead::ParetoMinWeights() const {
 MetricInput TaskHead::InputFor(const MetricSpec& spec, const Predictions& predictions,
                                const Batch& batch, MetricArrays* arrays) const {
   arrays->preds = PredictionOf(predictions, spec.prediction, suffix_).detach().to(at::kFloat).contiguous();
-  arrays->labels = batch.Label(spec_.label_name).to(at::kFloat).contiguous();
+  if (spec.label_width == 0) {
+    // recall_at_k: one relevance per similarity column, the row's positive one.
+    at::Tensor targets = MatchTargets(arrays->preds);
+    arrays->labels = at::zeros_like(arrays->preds);
+    arrays->labels.scatter_(1, targets.unsqueeze(1), 1.0);
+  } else {
+    arrays->labels = batch.Label(spec_.label_name).to(at::kFloat).contiguous();
+  }
   MetricInput input;
   input.rows = arrays->preds.size(0);
   input.preds = arrays->preds.data_ptr<float>();
   input.pred_width = arrays->preds.dim() > 1 ? static_cast<int>(arrays->preds.size(1)) : 1;
   input.labels = arrays->labels.data_ptr<float>();
-  input.label_width = 1;
+  input.label_width = spec.label_width == 0 ? input.pred_width : 1;
   if (!spec.grouping_key.empty()) {
     arrays->keys = FirstIdPerRow(batch.Sparse(spec.grouping_key));
     input.group_keys = arrays->keys.data_ptr<int64_t>();

@@ -12,6 +12,11 @@
 // Names: losses "<loss type><suffix>", metrics "<metric type><suffix>", eval loss means under
 // the loss names, predictions e.g. "probs<suffix>".
 //
+// Match heads (retrieval models, TorchEasyRec's MatchModel): the task output is the [B, C]
+// user-item similarity, predicted as "similarity"; the one loss is softmax_cross_entropy
+// against column 0 (sampled negatives: the positive item comes first) or the diagonal
+// (in-batch negatives); the data label is not read. Metrics: recall_at_k on the same targets.
+//
 // Thread safety: one thread at a time (metric state).
 #pragma once
 
@@ -53,6 +58,9 @@ struct TaskSpec {
   double in_task_space_weight = 1.0;
   double out_task_space_weight = 1.0;
   double pareto_min_loss_weight = 0.0;
+  // Retrieval: where each row's positive column is (see above); kNone for ranking tasks.
+  enum class Match { kNone, kFirstColumn, kDiagonal };
+  Match match = Match::kNone;
 };
 
 // What heads are checked against.
@@ -115,6 +123,8 @@ class TaskHead {
   };
   MetricInput InputFor(const MetricSpec& spec, const Predictions& predictions, const Batch& batch,
                        MetricArrays* arrays) const;
+  // Match heads: each row's positive column of similarity `pred` [B, C] (int64 [B]).
+  at::Tensor MatchTargets(const at::Tensor& pred) const;
 
   TaskSpec spec_;
   std::string suffix_;

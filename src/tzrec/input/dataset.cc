@@ -169,6 +169,26 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
   for (const auto& name : options_.label_fields) want(name);
   for (const auto& name : options_.sample_weight_fields) want(name);
   for (const auto& name : options_.reserved_columns) want(name);
+  force_base_data_group_ = data_config.force_base_data_group();
+  if (mode != DatasetMode::kPredict) sampler_ = CreateSampler(data_config, mode == DatasetMode::kEval);
+  if (sampler_) {
+    std::vector<std::string> ignored;
+    for (const auto& attr : sampler_->attr_fields()) {
+      if (!wanted.count(attr)) ignored.push_back(attr);
+    }
+    if (!ignored.empty()) {
+      LOG_WARNING << "negative sampler attr_fields " << Join(ignored, ", ")
+                  << " are read by no feature and are ignored";
+    }
+    bool any_negative = false;
+    for (const Feature* feature : features_) any_negative = any_negative || feature->negative();
+    if (!any_negative) {
+      Fail("data_config: the negative sampler's attr_fields (", Join(sampler_->attr_fields(), ", "),
+           ") are inputs of no feature, so sampled items would have no features");
+    }
+    want(sampler_->item_id_field());
+    if (!sampler_->user_id_field().empty()) want(sampler_->user_id_field());
+  }
   reader_ = DatasetReaderRegistry().Get(type_name)(data_config, &options_);
 }
 
@@ -216,6 +236,32 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
   for (const auto& name : options_.sample_weight_fields) {
     ParseFloatColumn(records, name, "sample weight", nullptr, &parsed.sample_weights[name]);
   }
+  if (sampler_) {
+    for (const std::string* field : {&sampler_->item_id_field(), &sampler_->user_id_field()}) {
+      if (field->empty()) continue;
+      const Column* column = records.Find(*field);
+      if (!column) Fail(records.source, ": the negative sampler's id column '", *field, "' is missing");
+      std::vector<int64_t>& ids = parsed.id_columns[*field];
+      for (size_t row = 0; row < column->size(); ++row) {
+        int64_t id = 0;
+        bool ok = !column->IsNull(row);
+        if (ok && column->type == ColumnType::kInt64) {
+          id = column->ints[row];
+        } else if (ok && column->type == ColumnType::kDouble) {
+          ok = column->doubles[row] == std::floor(column->doubles[row]);
+          id = static_cast<int64_t>(column->doubles[row]);
+        } else if (ok) {
+          ok = ParseInt64(column->StringAt(row), &id);
+        }
+        if (!ok) {
+          Fail(records.RowLocation(row), ": '", *field, "' (the negative sampler's id column) must be an ",
+               "integer id like the sampler tables' ids, got '",
+               column->IsNull(row) ? std::string("null") : Printable(column->TextAt(row)), "'");
+        }
+        ids.push_back(id);
+      }
+    }
+  }
   for (const auto& name : options_.reserved_columns) {
     const Column* column = records.Find(name);
     if (!column) Fail(records.source, ": reserved column '", name, "' is missing");
@@ -225,6 +271,63 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
     }
   }
   return parsed;
+}
+
+void Dataset::AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const {
+  if (!sampler_) return;
+  SamplerInput input;
+  input.item_ids = std::move(batch->id_columns[sampler_->item_id_field()]);
+  if (!sampler_->user_id_field().empty()) {
+    input.user_ids = std::move(batch->id_columns[sampler_->user_id_field()]);
+  }
+  batch->id_columns.clear();
+  const SampledItems sampled = sampler_->Sample(input, rng);
+  RecordBatch records = sampler_->AttrRows(sampled, options_.columns);
+  const size_t n = sampled.items.size();
+  // Inputs the sampler does not give (user-side columns) are missing in the sampled rows.
+  std::vector<const Feature*> negative;
+  for (const Feature* feature : features_) {
+    if (feature->negative()) negative.push_back(feature);
+  }
+  const std::vector<std::string> inputs =
+      generator_ ? generator_->input_columns() : std::vector<std::string>{};
+  for (const std::string& name : inputs) {
+    if (records.Find(name)) continue;
+    Column column;
+    column.name = name;
+    for (size_t i = 0; i < n; ++i) column.AppendString({}, false);
+    records.columns.push_back(std::move(column));
+  }
+  ParsedBatch sampled_features = ParseFeatureRows(negative, generator_.get(), records);
+  for (const Feature* feature : features_) {
+    const std::string& name = feature->name();
+    if (feature->negative()) {
+      if (feature->is_sparse()) {
+        batch->sparse[name].Append(sampled_features.sparse.at(name));
+      } else {
+        batch->dense[name].Append(sampled_features.dense.at(name));
+      }
+    } else if (force_base_data_group_) {
+      // TorchEasyRec pads the shorter columns of the one data group with empty rows.
+      if (feature->is_sparse()) {
+        SparseValues& values = batch->sparse[name];
+        values.lengths.insert(values.lengths.end(), n, 0);
+      } else {
+        DenseValues& values = batch->dense[name];
+        if (values.sequence) {
+          values.lengths.insert(values.lengths.end(), n, 0);
+        } else {
+          values.values.insert(values.values.end(), n * std::max<int32_t>(1, values.dim), 0.0f);
+        }
+      }
+    } else {
+      continue;
+    }
+    batch->sampled_features.push_back(name);
+  }
+  batch->sampled_rows = static_cast<int64_t>(n);
+  batch->sampled_group = force_base_data_group_ ? "__BASE__" : "__NEG__";
+  batch->hard_neg_indices = sampled.hard_neg_indices;
 }
 
 ParsedBatchStream::ParsedBatchStream(const Dataset* dataset,
@@ -270,8 +373,13 @@ void ParsedBatchStream::RunWorker(int worker, std::unique_ptr<RowSource> source)
   }
   std::mt19937_64 rng(options.seed * 7919ULL + static_cast<uint64_t>(epoch_) * 104729ULL +
                       static_cast<uint64_t>(worker));
+  // Sampling has its own engine (with the rank), so the shuffle order does not depend on it.
+  std::seed_seq sampler_seed{static_cast<uint64_t>(options.seed), static_cast<uint64_t>(options.rank),
+                             static_cast<uint64_t>(worker), static_cast<uint64_t>(epoch_), uint64_t{0x5a}};
+  std::mt19937_64 sampler_rng(sampler_seed);
   std::vector<ParsedBatch> shuffle_buffer;
   auto emit = [&](ParsedBatch batch) {
+    dataset_->AddSampledRows(&batch, sampler_rng);
     if (!options.shuffle) {
       Push(worker, std::move(batch));
       return;

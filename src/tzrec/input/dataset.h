@@ -12,6 +12,11 @@
 // and reader count. Every row carries its position; a stream opened with a DataloaderState
 // reads only what the state has not consumed (exact resume).
 //
+// With a negative sampler (data_config's `sampler`; not in predict), each reader thread samples
+// for every batch it emits, from the batch's item (and user) ids, and parses the sampled items'
+// attributes into the "__NEG__" features after the batch's rows (sampler.h). Sampling is seeded
+// per rank, reader and epoch, so a run is reproducible like its batch order.
+//
 // Thread safety: a Dataset is immutable after construction; each ParsedBatchStream is used by
 // one consumer thread (its reader threads are internal).
 #pragma once
@@ -23,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +39,7 @@
 #include "tzrec/data/row_source.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"
+#include "tzrec/input/sampler.h"
 #include "tzrec/protos/data.pb.h"
 
 namespace tzrec {
@@ -105,12 +112,18 @@ class Dataset {
 
   // Parses one chunk of rows (one file's rows) into features, labels, weights and reserves.
   ParsedBatch ParseRecords(const RecordBatch& records) const;
+  // The negative sampler, or null.
+  const Sampler* sampler() const { return sampler_.get(); }
+  // Samples for a whole batch and appends the sampled rows (see above); no-op without sampler.
+  void AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const;
 
  private:
   DatasetOptions options_;
   std::vector<const Feature*> features_;
   std::shared_ptr<const fg::FeatureGenerator> generator_;
   std::unique_ptr<DatasetReader> reader_;
+  std::shared_ptr<const Sampler> sampler_;
+  bool force_base_data_group_ = false;
 };
 
 // One pass over a dataset. Next() blocks until a batch is ready; errors from reader threads

@@ -140,7 +140,13 @@ std::map<std::string, at::Tensor> Model::BuildInput(const Batch& batch) {
   return inputs;
 }
 
-TaskHead& Model::AddRankHead() {
+TaskHead& Model::AddRankHead() { return AddModelHead(TaskSpec::Match::kNone); }
+
+TaskHead& Model::AddMatchHead(bool in_batch_negative) {
+  return AddModelHead(in_batch_negative ? TaskSpec::Match::kDiagonal : TaskSpec::Match::kFirstColumn);
+}
+
+TaskHead& Model::AddModelHead(TaskSpec::Match match) {
   TaskSpec spec;
   spec.where = "model_config";
   if (!head_context_.label_fields.empty()) spec.label_name = head_context_.label_fields[0];
@@ -148,6 +154,7 @@ TaskHead& Model::AddRankHead() {
   spec.losses = &config_.losses();
   spec.metrics = &config_.metrics();
   spec.train_metrics = &config_.train_metrics();
+  spec.match = match;
   if (!head_context_.sample_weight_fields.empty()) {
     spec.weighting = TaskSpec::Weighting::kSampleWeight;
     spec.sample_weight_name = head_context_.sample_weight_fields[0];

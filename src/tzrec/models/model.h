@@ -93,6 +93,9 @@ class Model : public torch::nn::Module {
   // A single-task ranking model's head: model_config's losses, metrics, train_metrics and
   // num_class, the first label field and the first sample weight field.
   TaskHead& AddRankHead();
+  // A retrieval model's head (heads/task_head.h: match heads): model_config's losses and
+  // metrics; positives in column 0 of the similarity, or on its diagonal with in-batch negatives.
+  TaskHead& AddMatchHead(bool in_batch_negative);
   // One head per task tower (`towers` are TaskTower or BayesTaskTower messages at `where`);
   // model-level losses / metrics / num_class, which multi-task models do not read, are errors.
   void AddTowerHeads(const std::vector<const google::protobuf::Message*>& towers, const std::string& where);
@@ -103,6 +106,8 @@ class Model : public torch::nn::Module {
   const std::vector<const Feature*>& features() const { return features_; }
 
  private:
+  // The one head of a single-task model from model_config's losses and metrics.
+  TaskHead& AddModelHead(TaskSpec::Match match);
   protos::ModelConfig config_;
   std::vector<const Feature*> features_;
   HeadContext head_context_;

@@ -28,6 +28,7 @@
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/metrics/auc.h"
 #include "tzrec/tools/gen_data_raw.h"
+#include "tzrec/tools/gen_data_retrieval.h"
 #include "tzrec/tools/gen_data_sequence.h"
 #include "tzrec/tools/gen_data_tasks.h"
 
@@ -219,7 +220,18 @@ class Generator {
     CollectGroupingKeys(config.model_config(), &keys);
     for (const auto& key : keys) PlanGroupingKey(key);
     PlanSequences(config, options);
+    retrieval_ = RetrievalPlan::Create(config, features_, infos_, columns_, [this](std::mt19937_64& rng) {
+      if (generator_) {
+        double sequence_term = 0;
+        return RawRow(rng, &sequence_term);
+      }
+      std::vector<TaskDraws> unused(tasks_.size());
+      return Cells(rng, &unused);
+    }, options.seed);
   }
+
+  // The retrieval signal (configs with a negative sampler), or null.
+  const RetrievalPlan* retrieval() const { return retrieval_.get(); }
 
   const std::vector<Task>& tasks() const { return tasks_; }
   bool has_towers() const { return has_towers_; }
@@ -483,6 +495,8 @@ class Generator {
     for (const auto& column : group_columns_) {
       cells[column] = std::to_string(rng() % static_cast<uint64_t>(GroupPoolSize(pool_rows_, 0)));
     }
+    // Retrieval models ignore the label: the hidden model's inputs may stay the drawn ones.
+    if (retrieval_) retrieval_->Apply(rng, &cells);
     DrawLabels(inputs, rng, &cells, draws);
     for (const auto& w : weights_) cells[w] = FormatFloat(0.5 + uniform(rng));
     return cells;
@@ -834,6 +848,7 @@ class Generator {
     for (const auto& column : group_columns_) {
       cells[column] = std::to_string(rng() % static_cast<uint64_t>(GroupPoolSize(pool_rows_, 0)));
     }
+    if (retrieval_) retrieval_->Apply(rng, &cells);
     return cells;
   }
 
@@ -1028,6 +1043,7 @@ class Generator {
   std::string multival_sep_;
   bool write_header_ = true;
   bool parquet_ = false;
+  std::unique_ptr<RetrievalPlan> retrieval_;
 };
 
 }  // namespace
@@ -1113,6 +1129,9 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
   generator.Write(eval_dir, options.eval_rows, eval_files, 2, &eval);
   result.sequence_pairs = generator.sequence_signal().PairNames();
   const bool with_sequence = !result.sequence_pairs.empty();
+  if (generator.retrieval()) {
+    result.sampler_tables = generator.retrieval()->WriteTables(JoinPath(options.output_dir, "sampler"));
+  }
   result.train_pattern = JoinPath(train_dir, std::string("*.") + generator.extension());
   result.eval_pattern = JoinPath(eval_dir, std::string("*.") + generator.extension());
 
@@ -1202,6 +1221,18 @@ GenDataResult GenerateMockData(const protos::EasyRecConfig& config,
     }
     json << "], \"variance\": " << options.sequence_signal_variance << "}";
   }
+  if (const RetrievalPlan* plan = generator.retrieval()) {
+    const RetrievalPlanOptions& o = plan->options();
+    json << ", \"retrieval\": {\"items\": " << o.items << ", \"users\": " << o.users
+         << ", \"clusters\": " << o.clusters << ", \"in_cluster_rate\": " << o.in_cluster_rate
+         << ", \"tables\": {";
+    bool first = true;
+    for (const auto& [name, path] : result.sampler_tables) {
+      json << (first ? "" : ", ") << JsonString(name) << ": " << JsonString(path);
+      first = false;
+    }
+    json << "}}";
+  }
   // The top-level fields last: scripts read them with a greedy `.*"oracle_auc": `.
   json << ", \"oracle_auc\": " << result.oracle_auc << ", \"positive_rate\": "
        << result.positive_rate << ", \"train_pattern\": " << JsonString(result.train_pattern)
@@ -1286,6 +1317,10 @@ int GenDataMain(const std::vector<std::string>& args) {
              << result.sequence_match_rate;
   }
   std::printf("oracle_auc=%.6f\n", result.oracle_auc);
+  for (const auto& [name, path] : result.sampler_tables) {
+    LOG_INFO << "gen_data: sampler " << name << " " << path;
+    std::printf("sampler_%s=%s\n", name.c_str(), path.c_str());
+  }
   for (const auto& label : result.labels) {
     if (label.regression) {
       LOG_INFO << "gen_data: label " << label.label << ": mean " << label.mean << ", oracle MSE "

@@ -58,12 +58,16 @@
 // [[query, sequence feature]...], "variance": v} comes before the top-level fields.
 // The top-level oracle_auc / positive_rate are the first label's (the first classification
 // label's when the first is a regression one); they come after the nested ones so that
-// `sed 's/.*"oracle_auc": ...'` scripts read them. AUCs are exact on the eval rows (for
+// `sed 's/.*"oracle_auc": ...'` scripts read them.
+// Configs with a negative sampler get a planted user-item affinity and the sampler's tables
+// (gen_data_retrieval.h), and "retrieval": {"items", "users", "clusters", "in_cluster_rate",
+// "tables": {name: path}} before the top-level fields. AUCs are exact on the eval rows (for
 // num_class > 2: the mean one-vs-rest AUC); positive rates (label != 0) and means are over
 // the train rows; the MSE is of the oracle mean on the eval rows.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,6 +127,9 @@ struct GenDataResult {
   // the target (its key attribute equal to the target's).
   std::vector<std::pair<std::string, std::string>> sequence_pairs;
   double sequence_match_rate = 0.0;
+  // Configs with a negative sampler: the sampler tables written (gen_data_retrieval.h) by name
+  // (item_table, user_table, pos_edge_table, hard_neg_edge_table).
+  std::map<std::string, std::string> sampler_tables;
 };
 
 GenDataResult GenerateMockData(const protos::EasyRecConfig& config, const GenDataOptions& options);

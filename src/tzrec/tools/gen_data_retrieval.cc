@@ -1,0 +1,212 @@
+#include "tzrec/tools/gen_data_retrieval.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
+
+#include "tzrec/common/error.h"
+#include "tzrec/common/fs.h"
+#include "tzrec/common/strings.h"
+
+namespace tzrec {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+// The set member of data_config's `sampler` oneof, or null (tdm_sampler: null too).
+const Message* NegativeSamplerConfig(const protos::DataConfig& data, std::string* name) {
+  const auto* oneof = data.GetDescriptor()->FindOneofByName("sampler");
+  const FieldDescriptor* which = data.GetReflection()->GetOneofFieldDescriptor(data, oneof);
+  if (!which || which->name() == "tdm_sampler") return nullptr;
+  *name = which->name();
+  return &data.GetReflection()->GetMessage(data, which);
+}
+
+std::string StringOf(const Message& msg, const char* field) {
+  const FieldDescriptor* fd = msg.GetDescriptor()->FindFieldByName(field);
+  return fd ? msg.GetReflection()->GetString(msg, fd) : std::string();
+}
+
+// The model's user tower group (`<model>.user_tower.input`), or "" when the model has none.
+std::string UserTowerGroup(const protos::ModelConfig& model) {
+  const auto* oneof = model.GetDescriptor()->FindOneofByName("model");
+  const FieldDescriptor* which = model.GetReflection()->GetOneofFieldDescriptor(model, oneof);
+  if (!which || which->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) return "";
+  const Message& member = model.GetReflection()->GetMessage(model, which);
+  const FieldDescriptor* tower = member.GetDescriptor()->FindFieldByName("user_tower");
+  if (!tower || tower->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) return "";
+  return StringOf(member.GetReflection()->GetMessage(member, tower), "input");
+}
+
+}  // namespace
+
+std::unique_ptr<RetrievalPlan> RetrievalPlan::Create(
+    const protos::EasyRecConfig& config, const std::vector<std::unique_ptr<Feature>>& features,
+    const std::vector<fg::FeatureInfo>& infos, const std::vector<std::string>& columns,
+    const std::function<Cells(std::mt19937_64&)>& draw_row, uint64_t seed, RetrievalPlanOptions options) {
+  std::string sampler_name;
+  const Message* sampler = NegativeSamplerConfig(config.data_config(), &sampler_name);
+  if (!sampler) return nullptr;
+  std::unique_ptr<RetrievalPlan> plan(new RetrievalPlan());
+  plan->options_ = options;
+  const std::string where = "data_config." + sampler_name;
+  const FieldDescriptor* attrs = sampler->GetDescriptor()->FindFieldByName("attr_fields");
+  for (int i = 0; i < sampler->GetReflection()->FieldSize(*sampler, attrs); ++i) {
+    plan->attr_fields_.push_back(sampler->GetReflection()->GetRepeatedString(*sampler, attrs, i));
+  }
+  plan->attr_delimiter_ = StringOf(*sampler, "attr_delimiter");
+  plan->item_id_column_ = StringOf(*sampler, "item_id_field");
+  auto is_column = [&](const std::string& name) {
+    return std::find(columns.begin(), columns.end(), name) != columns.end();
+  };
+  if (!is_column(plan->item_id_column_)) {
+    Fail("gen_data: ", where, ".item_id_field '", plan->item_id_column_, "' is not a data column");
+  }
+  // Input columns of each feature, and which ones are sparse with enough ids for a cluster.
+  const bool fg = !infos.empty();
+  std::map<std::string, std::vector<std::string>> columns_of;  // feature -> columns
+  for (const auto& f : features) {
+    if (!fg) {
+      columns_of[f->name()] = {f->name()};
+      continue;
+    }
+    for (const auto& info : infos) {
+      if (info.name != f->name()) continue;
+      for (const auto& input : info.inputs) {
+        if (input.side != fg::Side::kConst && input.side != fg::Side::kFeature && !input.is_sequence) {
+          columns_of[f->name()].push_back(input.column);
+        }
+      }
+    }
+  }
+  auto clusters_fit = [&](const Feature& f) {
+    return f.is_sparse() && !f.is_sequence() && f.num_embeddings() > options.clusters;
+  };
+  for (const auto& attr : plan->attr_fields_) {
+    if (is_column(attr)) plan->item_columns_.push_back(attr);
+  }
+  for (const auto& f : features) {
+    if (!f->negative() || !clusters_fit(*f)) continue;
+    for (const auto& column : columns_of[f->name()]) {
+      if (plan->category_column_.empty() && column != plan->item_id_column_ && is_column(column)) {
+        plan->category_column_ = column;
+      }
+    }
+  }
+  // User columns: the user tower group's features (else every feature that is not an item one).
+  const std::string user_group = UserTowerGroup(config.model_config());
+  std::set<std::string> user_features;
+  for (const auto& group : config.model_config().feature_groups()) {
+    if (!user_group.empty() && group.group_name() != user_group) continue;
+    user_features.insert(group.feature_names().begin(), group.feature_names().end());
+  }
+  std::set<std::string> labels(config.data_config().label_fields().begin(),
+                               config.data_config().label_fields().end());
+  std::vector<const Feature*> sparse_users;
+  for (const auto& f : features) {
+    if (f->negative() || f->is_sequence() || !user_features.count(f->name())) continue;
+    bool added = false;
+    for (const auto& column : columns_of[f->name()]) {
+      if (!is_column(column) || labels.count(column) || std::count(plan->item_columns_.begin(), plan->item_columns_.end(), column) ||
+          std::count(plan->user_columns_.begin(), plan->user_columns_.end(), column)) {
+        continue;
+      }
+      plan->user_columns_.push_back(column);
+      added = true;
+    }
+    if (added && f->is_sparse()) sparse_users.push_back(f.get());
+  }
+  plan->user_id_column_ = StringOf(*sampler, "user_id_field");
+  if (plan->user_id_column_.empty() && !sparse_users.empty()) {
+    plan->user_id_column_ = columns_of[sparse_users.front()->name()].front();
+  }
+  if (plan->user_id_column_.empty() || !is_column(plan->user_id_column_)) {
+    Fail("gen_data: ", where, ": no user id column to plant the retrieval signal on (set user_id_field, or ",
+         "give the user tower's group a sparse feature)");
+  }
+  if (std::find(plan->user_columns_.begin(), plan->user_columns_.end(), plan->user_id_column_) ==
+      plan->user_columns_.end()) {
+    plan->user_columns_.push_back(plan->user_id_column_);
+  }
+  for (const Feature* f : sparse_users) {
+    const std::string& column = columns_of[f->name()].front();
+    if (column != plan->user_id_column_ && clusters_fit(*f)) {
+      plan->segment_column_ = column;
+      break;
+    }
+  }
+
+  std::mt19937_64 rng(seed ^ 0x7e7e7e7eULL);
+  plan->cluster_items_.resize(options.clusters);
+  for (int64_t i = 1; i <= options.items; ++i) {
+    Cells drawn = draw_row(rng);
+    Cells item;
+    for (const auto& column : plan->item_columns_) item[column] = drawn[column];
+    item[plan->item_id_column_] = std::to_string(i);
+    const int64_t cluster = i % options.clusters;
+    if (!plan->category_column_.empty()) item[plan->category_column_] = std::to_string(cluster + 1);
+    plan->item_cells_.push_back(std::move(item));
+    plan->cluster_items_[cluster].push_back(i);
+  }
+  for (int64_t u = 1; u <= options.users; ++u) {
+    Cells drawn = draw_row(rng);
+    Cells user;
+    for (const auto& column : plan->user_columns_) user[column] = drawn[column];
+    user[plan->user_id_column_] = std::to_string(u);
+    if (!plan->segment_column_.empty()) user[plan->segment_column_] = std::to_string(u % options.clusters + 1);
+    plan->user_cells_.push_back(std::move(user));
+  }
+  return plan;
+}
+
+void RetrievalPlan::Apply(std::mt19937_64& rng, Cells* cells) {
+  const int64_t user = static_cast<int64_t>(rng() % static_cast<uint64_t>(options_.users)) + 1;
+  const auto& members = cluster_items_[user % options_.clusters];
+  const bool in_cluster = std::uniform_real_distribution<double>(0, 1)(rng) < options_.in_cluster_rate;
+  const int64_t item = in_cluster && !members.empty()
+                           ? members[rng() % members.size()]
+                           : static_cast<int64_t>(rng() % static_cast<uint64_t>(options_.items)) + 1;
+  for (const auto& [column, value] : user_cells_[user - 1]) (*cells)[column] = value;
+  for (const auto& [column, value] : item_cells_[item - 1]) (*cells)[column] = value;
+  edges_.emplace(user, item);
+}
+
+std::map<std::string, std::string> RetrievalPlan::WriteTables(const std::string& dir) const {
+  MakeDirs(dir);
+  std::map<std::string, std::string> paths;
+  auto write = [&](const std::string& name, const std::string& content) {
+    const std::string path = JoinPath(dir, name + ".txt");
+    WriteFileAtomic(path, content);
+    paths[name] = path;
+  };
+  std::string items = "id:int64\tweight:float\tattrs:string\n";
+  for (int64_t i = 1; i <= options_.items; ++i) {
+    std::string attrs;
+    for (size_t a = 0; a < attr_fields_.size(); ++a) {
+      if (a) attrs += attr_delimiter_;
+      auto it = item_cells_[i - 1].find(attr_fields_[a]);
+      if (it != item_cells_[i - 1].end()) attrs += it->second;
+    }
+    items += std::to_string(i) + "\t" + std::to_string(1 + i % 3) + "\t" + attrs + "\n";
+  }
+  write("item_table", items);
+  std::string users = "id:int64\tweight:float\n";
+  for (int64_t u = 1; u <= options_.users; ++u) users += std::to_string(u) + "\t1\n";
+  write("user_table", users);
+  std::string pos = "userid:int64\titemid:int64\tweight:float\n";
+  for (const auto& [user, item] : edges_) pos += std::to_string(user) + "\t" + std::to_string(item) + "\t1\n";
+  write("pos_edge_table", pos);
+  std::string hard = "userid:int64\titemid:int64\tweight:float\n";
+  for (int64_t u = 1; u <= options_.users; ++u) {
+    const auto& next = cluster_items_[(u + 1) % options_.clusters];
+    for (size_t k = 0; k < std::min<size_t>(3, next.size()); ++k) {
+      const int64_t item = next[(u * 7 + k * 13) % next.size()];
+      hard += std::to_string(u) + "\t" + std::to_string(item) + "\t1\n";
+    }
+  }
+  write("hard_neg_edge_table", hard);
+  return paths;
+}
+
+}  // namespace tzrec
