@@ -227,6 +227,10 @@ TEST(HardNegativeSampler, HardNegativesComeFromTheEdgeTable) {
   sampled = Make("hard_negative_sampler_v2", v2)->Sample(input, rng);
   ASSERT_EQ(sampled.num_negatives, 8);
   ASSERT_EQ(sampled.items.size(), 8u + 3 + 1 + 3);
+  // num_hard_sample 0 (a config that leaves the required field out): every hard item.
+  config.set_num_hard_sample(0);
+  SampledItems all = Make("hard_negative_sampler", config)->Sample(input, rng);
+  EXPECT_EQ(all.items.size(), 5u + 3 + 1 + 3);
   for (int j = 0; j < 8; ++j) {
     const int64_t user = input.user_ids[j / 2];
     ASSERT_NE(sampler->items().id(sampled.items[j]) % 4, user % 4);

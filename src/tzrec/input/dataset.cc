@@ -325,6 +325,10 @@ void Dataset::AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const {
     }
     batch->sampled_features.push_back(name);
   }
+  std::call_once(*first_sample_logged_, [&] {
+    LOG_INFO << "negative sampler: first batch of " << batch->size << " rows: " << sampled.num_negatives
+             << " negatives, " << sampled.hard_neg_indices.size() / 2 << " hard negatives";
+  });
   batch->sampled_rows = static_cast<int64_t>(n);
   batch->sampled_group = force_base_data_group_ ? "__BASE__" : "__NEG__";
   batch->hard_neg_indices = sampled.hard_neg_indices;

@@ -124,6 +124,7 @@ class Dataset {
   std::unique_ptr<DatasetReader> reader_;
   std::shared_ptr<const Sampler> sampler_;
   bool force_base_data_group_ = false;
+  std::unique_ptr<std::once_flag> first_sample_logged_ = std::make_unique<std::once_flag>();
 };
 
 // One pass over a dataset. Next() blocks until a batch is ready; errors from reader threads

@@ -8,7 +8,10 @@
 //                       num_sample kept.
 //   hard_negative_*     the same regular negatives, then per row up to num_hard_sample items of
 //                       the row's user in the hard-negative edge table (table order), with
-//                       their (row, slot) in hard_neg_indices.
+//                       their (row, slot) in hard_neg_indices. num_hard_sample is required but
+//                       TorchEasyRec's own dssm_fg_hard_negative_mock omits it (Python's text
+//                       parser does not check): 0 takes all of the user's items, as GraphLearn's
+//                       "full" neighbour strategy does.
 // Exclusion is rejection sampling with a bound on tries per draw (a table made only of the
 // batch's items would otherwise never finish); the last draw is then kept, as GraphLearn
 // gives up the same way.
@@ -81,7 +84,7 @@ class NegativeSamplerBase : public Sampler {
     for (size_t row = 0; row < input.user_ids.size(); ++row) {
       size_t count = 0;
       const uint32_t* items = hard.Begin(input.user_ids[row], &count);
-      count = std::min<size_t>(count, static_cast<size_t>(num_hard));
+      if (num_hard > 0) count = std::min<size_t>(count, static_cast<size_t>(num_hard));
       for (size_t slot = 0; slot < count; ++slot) {
         out->items.push_back(items[slot]);
         out->hard_neg_indices.push_back(static_cast<int32_t>(row));
