@@ -10,8 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
@@ -23,14 +21,6 @@
 
 namespace tzrec {
 namespace {
-
-nlohmann::json LastEvalResult(const std::string& model_dir) {
-  std::ifstream in(model_dir + "/train_eval_result_v2.txt");
-  std::string line, last;
-  while (std::getline(in, line)) last = line;
-  EXPECT_FALSE(last.empty());
-  return last.empty() ? nlohmann::json::object() : nlohmann::json::parse(last);
-}
 
 // `sampler`: the config's sampler member; its table paths are pointed at gen_data's tables.
 void TrainsAboveChance(const std::string& config_name, const std::string& sampler,
@@ -69,7 +59,7 @@ void TrainsAboveChance(const std::string& config_name, const std::string& sample
   options.edit_config_json = edits;
   TrainAndEvaluate(options);
 
-  const nlohmann::json result = LastEvalResult(dir.File("model"));
+  const nlohmann::json result = testing::LastEvalResult(dir.File("model"));
   ASSERT_TRUE(result.contains("recall@1") && result.contains("recall@5")) << result.dump();
   const double chance = 1.0 / 1025;
   EXPECT_GE(result["recall@1"].get<double>(), 8 * chance) << result.dump();

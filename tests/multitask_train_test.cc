@@ -11,8 +11,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
@@ -57,11 +55,8 @@ void TrainsToItsOracles(const std::string& config_name) {
   options.edit_config_json = kEdits;
   TrainAndEvaluate(options);
 
-  std::ifstream in(dir.File("model/train_eval_result_v2.txt"));
-  std::string line, last;
-  while (std::getline(in, line)) last = line;
-  ASSERT_FALSE(last.empty());
-  auto result = nlohmann::json::parse(last);
+  const nlohmann::json result = testing::LastEvalResult(dir.File("model"));
+  const std::string last = result.dump();
   for (const auto& [tower, info] : oracle["towers"].items()) {
     SCOPED_TRACE(tower);
     const double oracle_auc = info["oracle_auc"].get<double>();

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "test_util.h"
+#include "train_test_util.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
@@ -22,14 +23,6 @@
 
 namespace tzrec {
 namespace {
-
-nlohmann::json LastResult(const std::string& model_dir) {
-  std::ifstream in(model_dir + "/train_eval_result_v2.txt");
-  std::string line, last;
-  while (std::getline(in, line)) last = line;
-  EXPECT_FALSE(last.empty()) << model_dir;
-  return last.empty() ? nlohmann::json::object() : nlohmann::json::parse(last);
-}
 
 // Every sequence config of TorchEasyRec this project trains (ODPS ones switched to Parquet, as
 // a user without MaxCompute would), on a few thousand generated rows: it builds, trains,
@@ -59,7 +52,7 @@ TEST(SequenceConfigs, TorchEasyRecSequenceConfigsTrainFromGenData) {
     options.eval_input_path = dir.File("data/eval/*.parquet");
     options.edit_config_json = kEdits;
     TrainAndEvaluate(options);
-    auto result = LastResult(dir.File("model"));
+    auto result = testing::LastEvalResult(dir.File("model"));
     bool has_auc = false;
     for (const auto& [key, value] : result.items()) has_auc = has_auc || key.rfind("auc", 0) == 0;
     EXPECT_TRUE(has_auc) << result.dump();
@@ -129,7 +122,7 @@ TEST(SequenceDin, BeatsPoolingAndReachesItsOracleOnPlantedData) {
     options.eval_input_path = dir.File("data/eval/*.parquet");
     options.edit_config_json = kDinEdits;
     TrainAndEvaluate(options);
-    return LastResult(model_dir)["auc"].get<double>();
+    return testing::LastEvalResult(model_dir)["auc"].get<double>();
   };
   const double din_auc = train(din_path, dir.File("din"));
   SavePipelineConfig(WithPoolingInsteadOfDin(LoadPipelineConfig(din_path)), dir.File("pooling.config"));

@@ -36,6 +36,12 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
   return lines;
 }
 
+nlohmann::json LastEvalResult(const std::string& model_dir) {
+  std::vector<nlohmann::json> lines = ReadJsonLines(model_dir + "/train_eval_result_v2.txt");
+  EXPECT_FALSE(lines.empty()) << model_dir;
+  return lines.empty() ? nlohmann::json::object() : lines.back();
+}
+
 std::string WriteSmallConfig(const TempDir& dir, const std::string& dataset_type) {
   std::string text = R"(
     model_dir: "unused"

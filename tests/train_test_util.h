@@ -18,6 +18,8 @@ namespace testing {
 // Runs `command` with stderr merged into the output; sets the exit code (-1 when signalled).
 std::string Shell(const std::string& command, int* exit_code);
 std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
+// The last line of <model_dir>/train_eval_result_v2.txt (a test failure, and {}, when none).
+nlohmann::json LastEvalResult(const std::string& model_dir);
 
 // A small DeepFM config (20 steps of 64, checkpoints every 10) written to dir/small.config,
 // with generated data under dir/data (1000 train rows in 2 files, 300 eval rows).

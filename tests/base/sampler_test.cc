@@ -129,6 +129,17 @@ TEST(NegativeSampler, SameSeedSameDraws) {
   EXPECT_EQ(sampler->Sample(input, a).items, sampler->Sample(input, b).items);
 }
 
+// The fields every graph sampler (v2, hard) shares, for WriteGraph's tables.
+template <typename Config>
+void SetGraphFields(const TempDir& dir, Config* config) {
+  config->set_user_input_path(dir.File("users.txt"));
+  config->set_item_input_path(dir.File("items.txt"));
+  for (const char* attr : {"item_id", "cate", "price"}) config->add_attr_fields(attr);
+  config->set_item_id_field("item_id");
+  config->set_user_id_field("user_id");
+  config->set_attr_delimiter("\x02");
+}
+
 void WriteGraph(const TempDir& dir) {
   WriteFile(dir.File("items.txt"), ItemTable());
   std::string users = "id:int64\tweight:float\n";
@@ -151,14 +162,9 @@ TEST(NegativeSamplerV2, NeverDrawsAPositiveEdgeOfTheRowsUser) {
   TempDir dir;
   WriteGraph(dir);
   protos::NegativeSamplerV2 config;
-  config.set_user_input_path(dir.File("users.txt"));
-  config.set_item_input_path(dir.File("items.txt"));
+  SetGraphFields(dir, &config);
   config.set_pos_edge_input_path(dir.File("pos.txt"));
   config.set_num_sample(10);
-  for (const char* attr : {"item_id", "cate", "price"}) config.add_attr_fields(attr);
-  config.set_item_id_field("item_id");
-  config.set_user_id_field("user_id");
-  config.set_attr_delimiter("\x02");
   auto sampler = Make("negative_sampler_v2", config);
   EXPECT_EQ(sampler->user_id_field(), "user_id");
   SamplerInput input;
@@ -187,15 +193,10 @@ TEST(HardNegativeSampler, HardNegativesComeFromTheEdgeTable) {
   TempDir dir;
   WriteGraph(dir);
   protos::HardNegativeSampler config;
-  config.set_user_input_path(dir.File("users.txt"));
-  config.set_item_input_path(dir.File("items.txt"));
+  SetGraphFields(dir, &config);
   config.set_hard_neg_edge_input_path(dir.File("hard.txt"));
   config.set_num_sample(5);
   config.set_num_hard_sample(2);
-  for (const char* attr : {"item_id", "cate", "price"}) config.add_attr_fields(attr);
-  config.set_item_id_field("item_id");
-  config.set_user_id_field("user_id");
-  config.set_attr_delimiter("\x02");
   auto sampler = Make("hard_negative_sampler", config);
   SamplerInput input;
   input.user_ids = {3, 1, 2, 1};
@@ -214,16 +215,11 @@ TEST(HardNegativeSampler, HardNegativesComeFromTheEdgeTable) {
   }
 
   protos::HardNegativeSamplerV2 v2;
-  v2.set_user_input_path(dir.File("users.txt"));
-  v2.set_item_input_path(dir.File("items.txt"));
+  SetGraphFields(dir, &v2);
   v2.set_pos_edge_input_path(dir.File("pos.txt"));
   v2.set_hard_neg_edge_input_path(dir.File("hard.txt"));
   v2.set_num_sample(8);
   v2.set_num_hard_sample(5);
-  for (const char* attr : {"item_id", "cate", "price"}) v2.add_attr_fields(attr);
-  v2.set_item_id_field("item_id");
-  v2.set_user_id_field("user_id");
-  v2.set_attr_delimiter("\x02");
   sampled = Make("hard_negative_sampler_v2", v2)->Sample(input, rng);
   ASSERT_EQ(sampled.num_negatives, 8);
   ASSERT_EQ(sampled.items.size(), 8u + 3 + 1 + 3);
@@ -256,14 +252,9 @@ TEST(NegativeSampler, BadTablesNameFileAndLine) {
   WriteGraph(dir);
   WriteFile(dir.File("badedge.txt"), "userid:int64\titemid:int64\tweight:float\n1\t100\t1\n1\t5\t1\n");
   protos::NegativeSamplerV2 config;
-  config.set_user_input_path(dir.File("users.txt"));
-  config.set_item_input_path(dir.File("items.txt"));
+  SetGraphFields(dir, &config);
   config.set_pos_edge_input_path(dir.File("badedge.txt"));
   config.set_num_sample(4);
-  for (const char* attr : {"item_id", "cate", "price"}) config.add_attr_fields(attr);
-  config.set_item_id_field("item_id");
-  config.set_user_id_field("user_id");
-  config.set_attr_delimiter("\x02");
   EXPECT_TZREC_ERROR(Make("negative_sampler_v2", config), "badedge.txt:3: item 5 is not in the item table");
 }
 
