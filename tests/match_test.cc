@@ -156,9 +156,14 @@ TEST(DSSM, ConfigErrors) {
   EXPECT_TZREC_ERROR(testing::BuildTestPipeline(auc), "reads the prediction 'probs'");
   // A user feature that reads a sampler attribute would have the sampled rows too.
   std::string user_attr = DssmConfig("");
-  user_attr.replace(user_attr.find("feature_names: \"user_id\""), 24, "feature_names: [\"user_id\", \"cate\"]");
+  user_attr.replace(user_attr.find("feature_names: \"user_id\""), 24, "feature_names: \"cate\"");
   user_attr.replace(user_attr.find("feature_names: [\"item_id\", \"cate\"]"), 35, "feature_names: \"item_id\"");
   EXPECT_TZREC_ERROR(testing::BuildTestPipeline(user_attr), "feature 'cate' of group 'user' reads a negative sampler attr_field");
+  // A group's features must have the same rows.
+  std::string mixed = DssmConfig("");
+  mixed.replace(mixed.find("feature_names: \"user_id\""), 24, "feature_names: [\"user_id\", \"cate\"]");
+  mixed.replace(mixed.find("feature_names: [\"item_id\", \"cate\"]"), 35, "feature_names: \"item_id\"");
+  EXPECT_TZREC_ERROR(testing::BuildTestPipeline(mixed), "group 'user' mixes data groups");
   // Without a sampler and without in-batch negatives there is nothing to contrast.
   std::string no_sampler = DssmConfig("");
   const size_t begin = no_sampler.find("negative_sampler");

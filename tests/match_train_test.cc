@@ -22,6 +22,13 @@
 namespace tzrec {
 namespace {
 
+// attr_fields of the config's negative_sampler as protobuf text.
+std::string JoinAttrFields(const protos::EasyRecConfig& config) {
+  std::string text;
+  for (const auto& attr : config.data_config().negative_sampler().attr_fields()) text += "attr_fields: '" + attr + "' ";
+  return text;
+}
+
 // `sampler`: the config's sampler member; its table paths are pointed at gen_data's tables.
 void TrainsAboveChance(const std::string& config_name, const std::string& sampler,
                        const std::string& extra_edits = "") {
@@ -41,7 +48,14 @@ void TrainsAboveChance(const std::string& config_name, const std::string& sample
   GenDataResult data = GenerateMockData(config, gen);
   ASSERT_EQ(data.sampler_tables.size(), 4u);
   const std::string s = "\"data_config." + sampler + ".";
-  if (sampler == "negative_sampler") {
+  if (sampler == "negative_sampler_v2") {
+    // The config's negative_sampler switched to v2 over gen_data's user and positive-edge tables.
+    edits.insert(edits.size() - 1, ", \"data_config.negative_sampler_v2\": \"{num_sample: 1024 " +
+                                       JoinAttrFields(config) + " item_id_field: 'item_id' user_id_field: 'user_id' "
+                                       "attr_delimiter: '\\\\x02' user_input_path: '" + data.sampler_tables.at("user_table") +
+                                       "' item_input_path: '" + data.sampler_tables.at("item_table") +
+                                       "' pos_edge_input_path: '" + data.sampler_tables.at("pos_edge_table") + "'}\"");
+  } else if (sampler == "negative_sampler") {
     edits.insert(edits.size() - 1, ", " + s + "input_path\": \"" + data.sampler_tables.at("item_table") + "\"");
   } else {
     edits.insert(edits.size() - 1, ", " + s + "item_input_path\": \"" + data.sampler_tables.at("item_table") +
@@ -77,6 +91,9 @@ std::string TokenizerEdit() {
 TEST(MatchTaobao, DSSMTrainsAboveChance) { TrainsAboveChance("dssm_taobao.config", "negative_sampler"); }
 TEST(MatchTaobao, DSSMV2TrainsAboveChance) { TrainsAboveChance("dssm_v2_taobao.config", "negative_sampler"); }
 TEST(MatchMock, DSSMTrainsAboveChance) { TrainsAboveChance("dssm_mock.config", "negative_sampler"); }
+TEST(MatchMock, DSSMWithSamplerV2TrainsAboveChance) {
+  TrainsAboveChance("dssm_mock.config", "negative_sampler_v2");
+}
 TEST(MatchMock, DSSMWithFgTrainsAboveChance) {
   TrainsAboveChance("dssm_fg_mock.config", "negative_sampler", TokenizerEdit());
 }

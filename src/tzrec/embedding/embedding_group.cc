@@ -93,6 +93,13 @@ EmbeddingGroup::EmbeddingGroup(
         Fail(where, ": sequence feature '", feature_name, "' in a ", wide ? "WIDE" : "DEEP",
              " group; put it in a SEQUENCE group or in this group's sequence_groups");
       }
+      // One vector per row: a group's features must have the same rows (TorchEasyRec: a
+      // feature group may not mix data groups).
+      if (!members.empty() && members.front().feature->data_group() != feature->data_group()) {
+        Fail(where, ": group '", name, "' mixes data groups: '", members.front().feature->name(), "' is in ",
+             members.front().feature->data_group(), ", '", feature_name, "' in ", feature->data_group(),
+             " (features reading the negative sampler's attr_fields are in __NEG__)");
+      }
       Member member;
       member.feature = feature;
       if (feature->is_sparse()) {

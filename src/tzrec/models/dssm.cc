@@ -98,14 +98,7 @@ class DSSM : public Model {
       }
       user_tables[feature->embedding_name() + (feature->is_sequence() ? ".seq" : "")] = feature->name();
     }
-    std::string item_data_group;
     for (const Feature* feature : GroupFeatures(item_group_)) {
-      if (!item_data_group.empty() && feature->data_group() != item_data_group) {
-        Fail(where_, ".item_tower: group '", item_group_, "' mixes data groups (", item_data_group, " and ",
-             feature->data_group(), " for '", feature->name(),
-             "'); every item feature must read the negative sampler's attr_fields, or none");
-      }
-      item_data_group = feature->data_group();
       if (shared_ || !feature->is_sparse()) continue;
       auto it = user_tables.find(feature->embedding_name() + (feature->is_sequence() ? ".seq" : ""));
       if (it != user_tables.end()) {
