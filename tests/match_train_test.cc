@@ -15,6 +15,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
+#include "tzrec/serving/exported_model.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/trainer.h"
@@ -80,6 +81,12 @@ void TrainsAboveChance(const std::string& config_name, const std::string& sample
   EXPECT_GE(result["recall@5"].get<double>(), 8 * 5 * chance) << result.dump();
   EXPECT_GE(result["recall@5"].get<double>(), result["recall@1"].get<double>());
   EXPECT_FALSE(ListCheckpoints(dir.File("model")).empty());
+  // Tower export is still to come: export says so instead of writing a half-usable directory.
+  ExportOptions export_options;
+  export_options.pipeline_config_path = dir.File("model/pipeline.config");
+  export_options.export_dir = dir.File("export");
+  EXPECT_TZREC_ERROR(ExportModel(export_options), "user/ and item/ towers, which is not supported yet");
+  EXPECT_FALSE(PathExists(dir.File("export")));
 }
 
 constexpr char kTokenizer[] = R"(, "feature_configs[15].tokenize_feature.vocab_file": ")";

@@ -140,6 +140,13 @@ std::map<std::string, at::Tensor> Model::BuildInput(const Batch& batch) {
   return inputs;
 }
 
+bool Model::is_match_model() const {
+  for (const auto& head : heads_) {
+    if (head->spec().match != TaskSpec::Match::kNone) return true;
+  }
+  return false;
+}
+
 TaskHead& Model::AddRankHead() { return AddModelHead(TaskSpec::Match::kNone); }
 
 TaskHead& Model::AddMatchHead(bool in_batch_negative) {

@@ -66,6 +66,8 @@ class Model : public torch::nn::Module {
   bool has_train_metrics() const;
 
   EmbeddingCollection& embedding_collection() { return collection_; }
+  // A retrieval model (its head is a match head): scored by its towers, not as a whole.
+  bool is_match_model() const;
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
 
  protected:

@@ -279,6 +279,10 @@ std::string ExportModel(const ExportOptions& options) {
   const std::string checkpoint = ChooseExportCheckpoint(config, options.checkpoint_path);
   std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, PipelineMode::kPredict);
   BuildModel(pipeline.get(), nullptr);
+  if (pipeline->model->is_match_model()) {
+    Fail("model_config: exporting a retrieval model means exporting its user/ and item/ towers, ",
+         "which is not supported yet (train_eval and eval work)");
+  }
   RestoreOptions restore;
   restore.restore_optimizer = false;
   restore.restore_rng = false;

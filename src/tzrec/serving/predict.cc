@@ -385,6 +385,10 @@ int64_t Predict(const PredictOptions& options) {
     if (!checkpoint) Fail("no checkpoint found at '", source, "'");
     pipeline = BuildFeatures(config, PipelineMode::kPredict);
     BuildModel(pipeline.get(), nullptr);
+    if (pipeline->model->is_match_model()) {
+      Fail("model_config: a retrieval model predicts with its exported user/ or item/ tower, which ",
+           "is not supported yet (train_eval and eval work)");
+    }
     RestoreOptions restore;
     restore.restore_optimizer = false;
     restore.restore_rng = false;
