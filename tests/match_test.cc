@@ -145,6 +145,42 @@ TEST(DSSM, InBatchNegativesPutThePositiveOnTheDiagonal) {
   EXPECT_NEAR(losses[0].second.item<double>(), expected, 1e-5);
 }
 
+// Each tower scored alone (what the user/ and item/ exports will run) gives the embeddings the
+// whole model's similarity is made of; a batch needs only that tower's features.
+TEST(DSSM, TowersScoreAlone) {
+  auto pipeline = testing::BuildTestPipeline(DssmConfig("in_batch_negative: true"));
+  Model& model = *pipeline->model;
+  model.eval();
+  EXPECT_EQ(model.TowerNames(), (std::vector<std::string>{"user", "item"}));
+  ASSERT_EQ(model.TowerFeatures("item").size(), 2u);
+  EXPECT_EQ(model.TowerFeatures("user")[0]->name(), "user_id");
+  ParsedBatch both;
+  both.size = 3;
+  both.sparse["user_id"] = {{7, 8, 9}, {1, 1, 1}};
+  both.sparse["item_id"] = {{10, 11, 12}, {1, 1, 1}};
+  both.sparse["cate"] = {{1, 2}, {1, 0, 1}};
+  both.labels["clk"] = {1, 1, 1};
+  both.sampled_group = "__NEG__";
+  both.sampled_features = {"item_id", "cate"};
+  ParsedBatch users = both, items = both;
+  users.sparse.erase("item_id");
+  users.sparse.erase("cate");
+  users.sampled_features.clear();
+  items.sparse.erase("user_id");
+  const at::Tensor sim = model.Predict(ToBatch(std::move(both))).at("similarity");
+
+  model.SetTower("user");
+  const Predictions user = model.Predict(ToBatch(std::move(users)));
+  ASSERT_EQ(user.size(), 1u);
+  const at::Tensor& u = user.at("user_tower_emb");
+  ASSERT_EQ(u.sizes(), (std::vector<int64_t>{3, 6}));
+  model.SetTower("item");
+  const at::Tensor i = model.Predict(ToBatch(std::move(items))).at("item_tower_emb");
+  EXPECT_TRUE(at::allclose(at::mm(u, i.t()) / 0.5, sim, 1e-5, 1e-6));
+  model.SetTower("");
+  EXPECT_TZREC_ERROR(model.SetTower("query"), "model has no tower 'query' (towers: user, item)");
+}
+
 TEST(DSSM, ConfigErrors) {
   EXPECT_TZREC_ERROR(testing::BuildTestPipeline(DssmConfig("similarity: EUCLID")),
                      "model_config.dssm.similarity: EUCLID");

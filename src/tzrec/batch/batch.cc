@@ -161,6 +161,37 @@ at::Tensor FirstIdPerRow(const JaggedIds& ids) {
   return out;
 }
 
+Batch WithEmptyFeatures(const Batch& batch, const std::vector<const Feature*>& features) {
+  Batch out = batch;
+  const int64_t rows = batch.size;
+  const auto int_options = at::TensorOptions().dtype(at::kInt);
+  const auto long_options = at::TensorOptions().dtype(at::kLong);
+  for (const Feature* feature : features) {
+    auto [it, created] = out.data_groups.try_emplace(feature->data_group());
+    DataGroupBatch& group = it->second;
+    if (created) group.size = rows;
+    const std::string& name = feature->name();
+    if (group.sparse.count(name) || group.dense.count(name) || group.sequences.count(name) ||
+        group.dense_sequences.count(name)) {
+      continue;
+    }
+    const at::Tensor no_ids = at::zeros({0}, long_options);
+    const at::Tensor weights = feature->weighted() ? at::zeros({0}, at::TensorOptions().dtype(at::kFloat)) : at::Tensor();
+    if (feature->is_sparse() && feature->is_sequence()) {
+      group.sequences[name] = {no_ids, at::zeros({group.size}, int_options), at::zeros({0}, int_options),
+                               at::zeros({1}, long_options), weights};
+    } else if (feature->is_sparse()) {
+      group.sparse[name] = {no_ids, at::zeros({group.size}, int_options), at::zeros({group.size + 1}, long_options),
+                            weights};
+    } else if (feature->is_sequence()) {
+      group.dense_sequences[name] = {at::zeros({0, feature->value_dim()}), at::zeros({group.size}, int_options)};
+    } else {
+      group.dense[name] = at::zeros({group.size, feature->value_dim()});
+    }
+  }
+  return out;
+}
+
 Batch SyntheticBatch(const std::vector<const Feature*>& features, int64_t rows, uint64_t seed) {
   std::mt19937_64 rng(seed);
   ParsedBatch parsed;

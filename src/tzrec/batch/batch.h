@@ -83,6 +83,11 @@ struct Batch {
 // Moves a parsed batch into tensors.
 Batch ToBatch(ParsedBatch&& parsed);
 
+// `batch` plus, for every feature of `features` it lacks, that feature with `batch.size` empty
+// rows in its data group (sparse: no ids; dense: zeros; sequences: no steps): what a retrieval
+// tower scored alone reads in place of the other tower's features.
+Batch WithEmptyFeatures(const Batch& batch, const std::vector<const Feature*>& features);
+
 // `rows` rows of every feature of `features` with random ids in each table's range (0-3 per
 // sparse row, empty rows included), random weights in [0, 2) and random dense values in
 // [-1, 1]: inputs that reach every branch of a lookup (scripted-model checks, serving warm-up).

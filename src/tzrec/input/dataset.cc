@@ -274,7 +274,17 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
 }
 
 void Dataset::AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const {
-  if (!sampler_) return;
+  if (!sampler_) {
+    // Predict (or a config without sampler): item features keep their data group, with the
+    // batch's rows only, so a retrieval model's item tower finds them where it looks.
+    if (force_base_data_group_) return;
+    for (const Feature* feature : features_) {
+      if (feature->data_group() != kNegDataGroup) continue;
+      batch->sampled_group = kNegDataGroup;
+      batch->sampled_features.push_back(feature->name());
+    }
+    return;
+  }
   SamplerInput input;
   input.item_ids = std::move(batch->id_columns[sampler_->item_id_field()]);
   if (!sampler_->user_id_field().empty()) {
@@ -330,7 +340,7 @@ void Dataset::AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const {
              << " negatives, " << sampled.hard_neg_indices.size() / 2 << " hard negatives";
   });
   batch->sampled_rows = static_cast<int64_t>(n);
-  batch->sampled_group = force_base_data_group_ ? "__BASE__" : "__NEG__";
+  batch->sampled_group = force_base_data_group_ ? "__BASE__" : kNegDataGroup;
   batch->hard_neg_indices = sampled.hard_neg_indices;
 }
 

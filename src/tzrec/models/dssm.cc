@@ -54,7 +54,22 @@ class DSSM : public Model {
                                                           config.output_dim(), cosine, where + ".item_tower"));
   }
 
+  std::vector<std::string> TowerNames() const override { return {"user", "item"}; }
+
+  std::vector<const Feature*> TowerFeatures(const std::string& tower) const override {
+    if (tower != "user" && tower != "item") Model::TowerFeatures(tower);
+    return GroupFeatures(tower == "user" ? user_group_ : item_group_);
+  }
+
   Predictions Predict(const Batch& batch) override {
+    if (!tower().empty()) {
+      // One tower alone: the other tower's features read as empty, only this one runs.
+      const bool user = tower() == "user";
+      std::map<std::string, at::Tensor> inputs = BuildInput(WithEmptyFeatures(batch, features()));
+      at::Tensor emb = user ? user_tower_->forward(inputs.at(user_group_))
+                            : item_tower_->forward(inputs.at(item_group_));
+      return {{tower() + "_tower_emb", emb}};
+    }
     std::map<std::string, at::Tensor> inputs = BuildInput(batch);
     at::Tensor user = user_tower_->forward(inputs.at(user_group_));
     at::Tensor item = item_tower_->forward(inputs.at(item_group_));

@@ -147,6 +147,19 @@ bool Model::is_match_model() const {
   return false;
 }
 
+std::vector<const Feature*> Model::TowerFeatures(const std::string& tower) const {
+  Fail("model has no tower '", tower, "'");
+}
+
+void Model::SetTower(const std::string& tower) {
+  const std::vector<std::string> towers = TowerNames();
+  if (!tower.empty() && std::find(towers.begin(), towers.end(), tower) == towers.end()) {
+    Fail("model has no tower '", tower, "'", towers.empty() ? std::string(" (it is not a retrieval model)")
+                                                             : " (towers: " + Join(towers, ", ") + ")");
+  }
+  tower_ = tower;
+}
+
 TaskHead& Model::AddRankHead() { return AddModelHead(TaskSpec::Match::kNone); }
 
 TaskHead& Model::AddMatchHead(bool in_batch_negative) {

@@ -68,6 +68,15 @@ class Model : public torch::nn::Module {
   EmbeddingCollection& embedding_collection() { return collection_; }
   // A retrieval model (its head is a match head): scored by its towers, not as a whole.
   bool is_match_model() const;
+  // A retrieval model's towers ("user", "item"), each scorable alone; empty for other models.
+  virtual std::vector<std::string> TowerNames() const { return {}; }
+  // The features tower `tower` reads.
+  virtual std::vector<const Feature*> TowerFeatures(const std::string& tower) const;
+  // From now on Predict computes only `tower`'s embedding, "<tower>_tower_emb" [B, D], from a
+  // batch that needs only that tower's features (other features read as empty); "" restores
+  // the whole model. Fails naming the towers when `tower` is not one.
+  void SetTower(const std::string& tower);
+  const std::string& tower() const { return tower_; }
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
 
  protected:
@@ -118,6 +127,7 @@ class Model : public torch::nn::Module {
   // Sequence encoders of the first view's DEEP groups, by group, in config order.
   std::map<std::string, std::vector<std::shared_ptr<SequenceEncoder>>> group_encoders_;
   std::vector<std::unique_ptr<TaskHead>> heads_;
+  std::string tower_;
 };
 
 // The TaskTower fields a multi-task model's registration honours (read by its task heads), as
