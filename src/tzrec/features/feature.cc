@@ -293,7 +293,7 @@ std::vector<std::unique_ptr<Feature>> CreateFeatures(
       }
     }
     context.negative = negative;
-    context.data_group = negative && !data_config.force_base_data_group() ? "__NEG__" : "__BASE__";
+    context.data_group = negative && !data_config.force_base_data_group() ? kNegDataGroup : "__BASE__";
     features.push_back(std::make_unique<Feature>(info, context));
   }
   return features;

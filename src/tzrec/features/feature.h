@@ -24,6 +24,9 @@ namespace tzrec {
 // The widest embedding a feature may ask for.
 constexpr int kMaxEmbeddingDim = 1 << 16;
 
+// The data group of features that read a negative sampler's attributes.
+inline constexpr char kNegDataGroup[] = "__NEG__";
+
 struct FeatureContext {
   protos::FgMode fg_mode = protos::FG_NONE;
   std::string multival_sep = "\x03";  // data_config.fg_encoded_multival_sep

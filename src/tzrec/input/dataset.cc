@@ -242,24 +242,8 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
       const Column* column = records.Find(*field);
       if (!column) Fail(records.source, ": the negative sampler's id column '", *field, "' is missing");
       std::vector<int64_t>& ids = parsed.id_columns[*field];
-      for (size_t row = 0; row < column->size(); ++row) {
-        int64_t id = 0;
-        bool ok = !column->IsNull(row);
-        if (ok && column->type == ColumnType::kInt64) {
-          id = column->ints[row];
-        } else if (ok && column->type == ColumnType::kDouble) {
-          ok = column->doubles[row] == std::floor(column->doubles[row]);
-          id = static_cast<int64_t>(column->doubles[row]);
-        } else if (ok) {
-          ok = ParseInt64(column->StringAt(row), &id);
-        }
-        if (!ok) {
-          Fail(records.RowLocation(row), ": '", *field, "' (the negative sampler's id column) must be an ",
-               "integer id like the sampler tables' ids, got '",
-               column->IsNull(row) ? std::string("null") : Printable(column->TextAt(row)), "'");
-        }
-        ids.push_back(id);
-      }
+      const std::string what = "'" + *field + "' (the negative sampler's id column)";
+      for (size_t row = 0; row < column->size(); ++row) ids.push_back(IdAt(records, *column, row, what));
     }
   }
   for (const auto& name : options_.reserved_columns) {

@@ -84,9 +84,6 @@ struct DatasetOptions {
 class DatasetReader;
 class ParsedBatchStream;
 
-// The data group of features that read a negative sampler's attributes.
-inline constexpr char kNegDataGroup[] = "__NEG__";
-
 // The features of rows in hand (feature generation when `generator` is set, else FG_NONE
 // parsing), every value checked finite: what a Dataset does to each chunk it reads, for
 // callers that get rows from elsewhere (serving). Errors name `records.source` and the row.

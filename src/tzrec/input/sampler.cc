@@ -77,26 +77,6 @@ std::vector<std::string> ScanTable(const std::string& input_path, char delimiter
   return files;
 }
 
-int64_t CellInt64(const RecordBatch& records, const Column& column, size_t row) {
-  if (!column.IsNull(row)) {
-    switch (column.type) {
-      case ColumnType::kInt64: return column.ints[row];
-      case ColumnType::kDouble:
-        if (column.doubles[row] == std::floor(column.doubles[row])) {
-          return static_cast<int64_t>(column.doubles[row]);
-        }
-        break;
-      case ColumnType::kString: {
-        int64_t value;
-        if (ParseInt64(column.StringAt(row), &value)) return value;
-        break;
-      }
-    }
-  }
-  Fail(records.RowLocation(row), ": column '", column.name, "' must be an int64 id, got '",
-       column.IsNull(row) ? std::string("null") : Printable(column.TextAt(row)), "'");
-}
-
 float CellWeight(const RecordBatch& records, const Column& column, size_t row) {
   float value = NAN;
   if (!column.IsNull(row)) {
@@ -126,6 +106,26 @@ std::shared_ptr<const T> Cached(const std::string& key, const std::function<std:
 }
 
 }  // namespace
+
+int64_t IdAt(const RecordBatch& records, const Column& column, size_t row, const std::string& what) {
+  if (!column.IsNull(row)) {
+    switch (column.type) {
+      case ColumnType::kInt64: return column.ints[row];
+      case ColumnType::kDouble:
+        if (column.doubles[row] == std::floor(column.doubles[row])) {
+          return static_cast<int64_t>(column.doubles[row]);
+        }
+        break;
+      case ColumnType::kString: {
+        int64_t value;
+        if (ParseInt64(column.StringAt(row), &value)) return value;
+        break;
+      }
+    }
+  }
+  Fail(records.RowLocation(row), ": ", what, " must be an int64 id, got '",
+       column.IsNull(row) ? std::string("null") : Printable(column.TextAt(row)), "'");
+}
 
 AliasTable::AliasTable(const std::vector<float>& weights) {
   const size_t n = weights.size();
@@ -175,7 +175,7 @@ SamplerItemTable::SamplerItemTable(const std::string& input_path, const std::str
   files_ = ScanTable(input_path, FieldDelimiter(field_delimiter), wanted, where,
                      [&](const RecordBatch& records, const std::vector<const Column*>& columns, size_t file) {
     for (size_t row = 0; row < records.num_rows(); ++row) {
-      ids_.push_back(CellInt64(records, *columns[0], row));
+      ids_.push_back(IdAt(records, *columns[0], row, "column '" + columns[0]->name + "'"));
       weights_.push_back(CellWeight(records, *columns[1], row));
       if (attr_count_ > 0) {
         const Column& attrs = *columns[2];
@@ -263,7 +263,7 @@ std::vector<int64_t> ReadUserIds(const std::string& input_path, const std::strin
   ScanTable(input_path, FieldDelimiter(field_delimiter), {"id", "weight"}, where,
             [&](const RecordBatch& records, const std::vector<const Column*>& columns, size_t) {
     for (size_t row = 0; row < records.num_rows(); ++row) {
-      users.push_back(CellInt64(records, *columns[0], row));
+      users.push_back(IdAt(records, *columns[0], row, "column '" + columns[0]->name + "'"));
       CellWeight(records, *columns[1], row);
     }
   });
@@ -282,8 +282,8 @@ SamplerEdgeTable::SamplerEdgeTable(const std::string& input_path, const std::str
   ScanTable(input_path, FieldDelimiter(field_delimiter), {"userid", "itemid", "weight"}, where,
             [&](const RecordBatch& records, const std::vector<const Column*>& columns, size_t) {
     for (size_t row = 0; row < records.num_rows(); ++row) {
-      const int64_t user = CellInt64(records, *columns[0], row);
-      const int64_t item_id = CellInt64(records, *columns[1], row);
+      const int64_t user = IdAt(records, *columns[0], row, "column '" + columns[0]->name + "'");
+      const int64_t item_id = IdAt(records, *columns[1], row, "column '" + columns[1]->name + "'");
       CellWeight(records, *columns[2], row);
       if (!users.empty() && !std::binary_search(users.begin(), users.end(), user)) {
         Fail(records.RowLocation(row), ": user ", user, " is not in the user table of ", where);

@@ -36,6 +36,10 @@
 
 namespace tzrec {
 
+// Row `row` of `column` as an int64 id (integers, integral doubles, or integer text); anything
+// else fails naming the row and `what` (e.g. "column 'id:int64'").
+int64_t IdAt(const RecordBatch& records, const Column& column, size_t row, const std::string& what);
+
 // Vose's alias method: O(1) draws from a fixed discrete distribution.
 class AliasTable {
  public:
