@@ -15,6 +15,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include "test_util.h"
+#include "export_test_util.h"
 #include "train_test_util.h"
 #include "tzrec/batch/batch_stream.h"
 #include "tzrec/common/fs.h"
@@ -36,6 +37,10 @@ namespace tzrec {
 namespace {
 
 using testing::TempDir;
+using testing::CheckScriptedModel;
+using testing::MaxAbsDiff;
+using testing::ReadCsvColumns;
+using testing::RunPredict;
 
 // ---------------------------------------------------------------- table quantisation
 
@@ -153,25 +158,6 @@ TEST(TableQuantization, Int8LookupsMatchFp32LookupsOfTheDequantisedRows) {
 
 // ---------------------------------------------------------------- export and predict
 
-// Column name -> values of a predict CSV (numbers only).
-std::map<std::string, std::vector<double>> ReadCsvColumns(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> names = Split(line, ",");
-  std::map<std::string, std::vector<double>> columns;
-  while (std::getline(in, line)) {
-    std::vector<std::string> values = Split(line, ",");
-    EXPECT_EQ(values.size(), names.size()) << line;
-    for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
-      double v = 0;
-      EXPECT_TRUE(ParseDouble(values[i], &v)) << values[i];
-      columns[names[i]].push_back(v);
-    }
-  }
-  return columns;
-}
-
 double ExactAuc(const std::vector<double>& scores, const std::vector<double>& labels) {
   std::vector<size_t> order(scores.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -218,13 +204,6 @@ std::map<std::string, std::vector<double>> ModelOutputs(const std::string& confi
   return out;
 }
 
-double MaxAbsDiff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst;
-}
-
 struct TrainedModel {
   std::string config;  // model_dir/pipeline.config
   std::string checkpoint;
@@ -256,81 +235,6 @@ TrainedModel TrainReference(const TempDir& dir, const std::string& config_name,
   trained.eval_pattern = data.eval_pattern;
   for (const auto& label : config.data_config().label_fields()) trained.labels.push_back(label);
   return trained;
-}
-
-std::map<std::string, std::vector<double>> RunPredict(PredictOptions options,
-                                                      const std::string& output_dir) {
-  options.predict_output_path = output_dir;
-  options.writer_type = "CsvWriter";
-  Predict(options);
-  return ReadCsvColumns(JoinPath(output_dir, "part-0.csv"));
-}
-
-// scripted_model.pt of `export_dir` loaded by LibTorch and run over `input` batch by batch, its
-// predictions compared with `expected` (what the model computes for those rows); the first batch
-// is also run by Python torch (/usr/bin/python3, Debian's python3-torch) through
-// tests/interop/scripted_model_parity.py. Returns the largest difference of both.
-double CheckScriptedModel(const std::string& export_dir, const std::string& input,
-                          const std::map<std::string, std::vector<double>>& expected, const TempDir& dir) {
-  EXPECT_EQ(ReadExportManifest(export_dir)["scripted_model"], kScriptedModelFile);
-  const std::string export_name = export_dir.substr(export_dir.rfind('/') + 1);
-  const std::string model_path = JoinPath(export_dir, kScriptedModelFile);
-  torch::jit::Module module = torch::jit::load(model_path);
-  auto pipeline = LoadExportedPipeline(export_dir, PipelineMode::kPredict);
-  auto dataset = pipeline->MakeDataset(input, DatasetMode::kPredict, 1, nullptr);
-  BatchStream stream(*dataset, 0);
-  Batch batch;
-  std::map<std::string, std::vector<double>> got;
-  nlohmann::json cases;
-  c10::NoGradGuard no_grad;
-  while (stream.Next(&batch)) {
-    auto inputs = ScriptedInputs(batch, pipeline->FeaturePointers());
-    auto outputs = RunScriptedModule(module, inputs);
-    const bool first = cases.empty();
-    for (const auto& [name, tensor] : outputs) {
-      at::Tensor t = tensor.contiguous();
-      got[name].insert(got[name].end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-      if (first) cases["outputs"][name] = got[name];
-    }
-    if (!first) continue;
-    for (const auto& [name, tensor] : inputs) {
-      at::Tensor t = tensor.contiguous();
-      nlohmann::json spec = {{"shape", t.sizes().vec()}};
-      if (t.scalar_type() == at::kLong) {
-        spec["dtype"] = "int64";
-        spec["data"] = std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
-      } else {
-        spec["dtype"] = "float32";
-        spec["data"] = std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-      }
-      cases["inputs"][name] = spec;
-    }
-  }
-  double worst = 0;
-  EXPECT_EQ(got.size(), expected.size());
-  for (const auto& [name, values] : expected) {
-    SCOPED_TRACE(name);
-    EXPECT_TRUE(got.count(name));
-    worst = std::max(worst, MaxAbsDiff(got[name], values));
-  }
-  // Python: the same module and the first batch's inputs.
-  const std::string cases_path = dir.File(export_name + "_cases.json");
-  std::ofstream(cases_path) << cases.dump();
-  int exit_code = -1;
-  const std::string output = testing::Shell("/usr/bin/python3 " + testing::SourceDir() +
-                                                "/tests/interop/scripted_model_parity.py " + model_path + " " +
-                                                cases_path,
-                                            &exit_code);
-  EXPECT_EQ(exit_code, 0) << output;
-  nlohmann::json report = nlohmann::json::parse(output.substr(output.rfind('{')), nullptr, false);
-  EXPECT_FALSE(report.is_discarded()) << output;
-  if (!report.is_discarded()) {
-    std::printf("scripted model %s in Python torch %s: max |diff| %.3g\n", export_name.c_str(),
-                report.value("torch", "?").c_str(), report.value("max_abs_diff", -1.0));
-    EXPECT_LE(report.value("max_abs_diff", 1.0), 1e-6) << output;
-    EXPECT_EQ(report["outputs"].size(), expected.size()) << output;
-  }
-  return worst;
 }
 
 void ExportsAndPredictsAsEvaluated(const std::string& config_name) {

@@ -197,6 +197,11 @@ Batch SyntheticBatch(const std::vector<const Feature*>& features, int64_t rows, 
   ParsedBatch parsed;
   parsed.size = rows;
   for (const Feature* feature : features) {
+    // Item features a sampler fills too live in their own data group (here without samples).
+    if (feature->data_group() != kBaseDataGroup) {
+      parsed.sampled_group = feature->data_group();
+      parsed.sampled_features.push_back(feature->name());
+    }
     if (feature->is_sparse()) {
       SparseValues& sparse = parsed.sparse[feature->name()];
       sparse.sequence = feature->is_sequence();

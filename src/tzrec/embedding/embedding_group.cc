@@ -391,9 +391,8 @@ std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const
     std::vector<std::string> parts;
     for (const Member& m : members) {
       const Feature* feature = m.feature;
-      if (feature->data_group() != kBaseDataGroup) {
-        ScriptWriter::Unsupported("feature '" + feature->name() + "' of data group " + feature->data_group());
-      }
+      // A feature of another data group (an item feature a negative sampler also fills) holds
+      // just the request's rows at inference, where no sampler runs: an input like any other.
       if (m.lookup >= 0) {
         parts.push_back(ScriptPooledLookup(w, feature, m.table, tables));
       } else {

@@ -36,22 +36,34 @@ class DSSM : public Model {
     }
     if (config.output_dim() < 0) Fail(where, ".output_dim must be >= 0");
     AddMatchHead(in_batch_negative_);
-    InitInput();
     user_group_ = config.user_tower().input();
     item_group_ = config.item_tower().input();
+    if (user_group_ == item_group_) Fail(where, ": the user and item towers read the same group '", user_group_, "'");
+    // Built as one tower alone (an exported user/ or item/ directory): only its group exists.
+    const std::string built = tower();
+    if (!built.empty() && built != "user" && built != "item") Fail(where, ": no tower '", built, "' (user, item)");
+    if (built.empty()) {
+      InitInput();
+    } else {
+      InitInput(4, {built == "user" ? user_group_ : item_group_});
+    }
     for (const auto* group : {&user_group_, &item_group_}) {
+      if (!built.empty() && built != (group == &user_group_ ? "user" : "item")) continue;
       if (!embedding_group().HasGroup(*group)) {
         Fail(where, group == &user_group_ ? ".user_tower" : ".item_tower", ".input: '", *group,
              "' is not a DEEP feature group of model_config.feature_groups");
       }
     }
-    if (user_group_ == item_group_) Fail(where, ": the user and item towers read the same group '", user_group_, "'");
-    CheckDataGroups();
+    if (built.empty()) CheckDataGroups();
     const bool cosine = config.similarity() == protos::COSINE;
-    user_tower_ = register_module("user_tower", MatchTower(InputDim(user_group_), config.user_tower(),
-                                                          config.output_dim(), cosine, where + ".user_tower"));
-    item_tower_ = register_module("item_tower", MatchTower(InputDim(item_group_), config.item_tower(),
-                                                          config.output_dim(), cosine, where + ".item_tower"));
+    if (built != "item") {
+      user_tower_ = register_module("user_tower", MatchTower(InputDim(user_group_), config.user_tower(),
+                                                            config.output_dim(), cosine, where + ".user_tower"));
+    }
+    if (built != "user") {
+      item_tower_ = register_module("item_tower", MatchTower(InputDim(item_group_), config.item_tower(),
+                                                            config.output_dim(), cosine, where + ".item_tower"));
+    }
   }
 
   std::vector<std::string> TowerNames() const override { return {"user", "item"}; }
@@ -59,6 +71,20 @@ class DSSM : public Model {
   std::vector<const Feature*> TowerFeatures(const std::string& tower) const override {
     if (tower != "user" && tower != "item") Model::TowerFeatures(tower);
     return GroupFeatures(tower == "user" ? user_group_ : item_group_);
+  }
+
+  int64_t TowerOutputDim(const std::string& tower) const override {
+    const MatchTower& module = tower == "user" ? user_tower_ : item_tower_;
+    if ((tower != "user" && tower != "item") || !module) Model::TowerOutputDim(tower);
+    return module->output_dim();
+  }
+
+  // Only a tower has a TorchScript form: the whole model's output needs the sampler.
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    if (tower().empty()) ScriptWriter::Unsupported("a retrieval model is scripted as its towers");
+    const bool user = tower() == "user";
+    const std::string input = ScriptInput(w, tables).at(user ? user_group_ : item_group_);
+    w.Output(tower() + "_tower_emb", (user ? user_tower_ : item_tower_)->Script(w, input, tower() + "_tower"));
   }
 
   Predictions Predict(const Batch& batch) override {

@@ -36,14 +36,27 @@ Registry<ModelFactory>& ModelRegistry() {
 }
 
 Model::Model(const ModelContext& context)
-    : config_(*context.config), features_(context.features), head_context_(context.heads) {}
+    : config_(*context.config),
+      features_(context.features),
+      head_context_(context.heads),
+      tower_(context.tower),
+      built_tower_(context.tower) {}
 
-EmbeddingGroup& Model::InitInput(int wide_embedding_dim) {
+EmbeddingGroup& Model::InitInput(int wide_embedding_dim, const std::vector<std::string>& only_groups) {
   EmbeddingGroup::Options options;
   options.wide_embedding_dim = wide_embedding_dim;
-  EmbeddingGroup& view = AddEmbeddingGroup(config_.feature_groups(), options);
+  auto wanted = [&](const protos::FeatureGroupConfig& group) {
+    return only_groups.empty() ||
+           std::find(only_groups.begin(), only_groups.end(), group.group_name()) != only_groups.end();
+  };
+  google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig> groups;
+  for (const auto& group : config_.feature_groups()) {
+    if (wanted(group)) *groups.Add() = group;
+  }
+  EmbeddingGroup& view = AddEmbeddingGroup(groups, options);
   for (int g = 0; g < config_.feature_groups_size(); ++g) {
     const auto& group = config_.feature_groups(g);
+    if (!wanted(group)) continue;
     const std::string where = StrCat("model_config.feature_groups[", g, "]");
     const std::vector<std::string>& nested = view.NestedSequenceGroups(group.group_name());
     if (group.sequence_encoders_size() > 0 && nested.empty()) {
@@ -152,12 +165,29 @@ std::vector<const Feature*> Model::TowerFeatures(const std::string& tower) const
 }
 
 void Model::SetTower(const std::string& tower) {
+  if (tower_only() && tower != built_tower_) {
+    Fail("the model was built as its '", built_tower_, "' tower alone; it cannot compute ",
+         tower.empty() ? std::string("the whole model") : "tower '" + tower + "'");
+  }
   const std::vector<std::string> towers = TowerNames();
   if (!tower.empty() && std::find(towers.begin(), towers.end(), tower) == towers.end()) {
     Fail("model has no tower '", tower, "'", towers.empty() ? std::string(" (it is not a retrieval model)")
                                                              : " (towers: " + Join(towers, ", ") + ")");
   }
   tower_ = tower;
+}
+
+int64_t Model::TowerOutputDim(const std::string& tower) const {
+  Fail("model has no tower '", tower, "'");
+}
+
+std::map<std::string, int64_t> Model::OutputWidths() const {
+  if (!tower_.empty()) return {{tower_ + "_tower_emb", TowerOutputDim(tower_)}};
+  Predictions probe;
+  for (const auto& head : heads_) head->AddPredictions(at::zeros({1, head->num_class()}), &probe);
+  std::map<std::string, int64_t> widths;
+  for (const auto& [name, tensor] : probe) widths[name] = tensor.dim() > 1 ? tensor.size(1) : 0;
+  return widths;
 }
 
 TaskHead& Model::AddRankHead() { return AddModelHead(TaskSpec::Match::kNone); }

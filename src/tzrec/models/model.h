@@ -35,6 +35,10 @@ struct ModelContext {
   const protos::ModelConfig* config = nullptr;
   std::vector<const Feature*> features;
   HeadContext heads;  // labels, sample weights, sparse features; needs_labels false for inference
+  // A retrieval model's tower built alone (an exported user/ or item/ directory): only that
+  // tower's groups, tables and modules exist, `features` may hold only its features, and
+  // Predict returns "<tower>_tower_emb". Empty: the whole model.
+  std::string tower;
 };
 
 class Model : public torch::nn::Module {
@@ -75,13 +79,23 @@ class Model : public torch::nn::Module {
   // From now on Predict computes only `tower`'s embedding, "<tower>_tower_emb" [B, D], from a
   // batch that needs only that tower's features (other features read as empty); "" restores
   // the whole model. Fails naming the towers when `tower` is not one.
+  // A model built as one tower (ModelContext::tower) cannot change tower.
   void SetTower(const std::string& tower);
   const std::string& tower() const { return tower_; }
+  // Built as one tower alone (ModelContext::tower).
+  bool tower_only() const { return !built_tower_.empty(); }
+  // What Predict returns in inference, before any data is seen: name -> width (0 for [B]
+  // outputs, else the size of dimension 1), sorted by name.
+  std::map<std::string, int64_t> OutputWidths() const;
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
 
  protected:
-  // The view of model_config.feature_groups (the common case: one view, shared tables).
-  EmbeddingGroup& InitInput(int wide_embedding_dim = 4);
+  // The view of model_config.feature_groups (the common case: one view, shared tables);
+  // `only_groups` (not empty) restricts it to those groups, e.g. the groups of the one tower a
+  // tower-only model builds.
+  EmbeddingGroup& InitInput(int wide_embedding_dim = 4, const std::vector<std::string>& only_groups = {});
+  // Width of tower `tower`'s embedding ("<tower>_tower_emb"); retrieval models override it.
+  virtual int64_t TowerOutputDim(const std::string& tower) const;
   EmbeddingGroup& embedding_group() { return *groups_.front(); }
   // A further view with its own options (e.g. per-tower tables).
   EmbeddingGroup& AddEmbeddingGroup(
@@ -128,6 +142,7 @@ class Model : public torch::nn::Module {
   std::map<std::string, std::vector<std::shared_ptr<SequenceEncoder>>> group_encoders_;
   std::vector<std::unique_ptr<TaskHead>> heads_;
   std::string tower_;
+  std::string built_tower_;  // ModelContext::tower
 };
 
 // The TaskTower fields a multi-task model's registration honours (read by its task heads), as

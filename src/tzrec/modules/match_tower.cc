@@ -31,6 +31,15 @@ at::Tensor MatchTowerImpl::forward(at::Tensor x) {
   return x;
 }
 
+std::string MatchTowerImpl::Script(ScriptWriter& w, const std::string& input, const std::string& name) const {
+  std::string x = input;
+  if (mlp_) x = mlp_->Script(w, x, name + "_mlp");
+  if (output_) x = ScriptLinear(w, *output_, x, name + "_output");
+  // As torch::nn::functional::normalize computes it (eps 1e-12), so the two agree exactly.
+  if (cosine_) x = w.Let(name + "_normalized", "torch.div(" + x + ", torch.clamp_min(torch.norm(" + x + ", 2.0, [1], True), 1e-12))");
+  return x;
+}
+
 at::Tensor SimilarityWithSampled(const at::Tensor& user, const at::Tensor& item,
                                  const at::Tensor& hard_neg_indices) {
   const int64_t b = user.size(0);

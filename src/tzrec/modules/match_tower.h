@@ -14,6 +14,7 @@
 
 #include "tzrec/modules/mlp.h"
 #include "tzrec/protos/tower.pb.h"
+#include "tzrec/script/script_writer.h"
 
 namespace tzrec {
 
@@ -22,6 +23,8 @@ class MatchTowerImpl : public torch::nn::Module {
   MatchTowerImpl(int64_t in_features, const protos::Tower& config, int output_dim, bool cosine,
                  const std::string& where);
   at::Tensor forward(at::Tensor x);
+  // Inference forward as TorchScript (script/script_writer.h); returns the output local.
+  std::string Script(ScriptWriter& w, const std::string& input, const std::string& name) const;
   int64_t output_dim() const { return output_dim_; }
 
  private:

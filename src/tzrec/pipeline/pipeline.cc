@@ -63,20 +63,26 @@ std::unique_ptr<Pipeline> BuildFeatures(const protos::EasyRecConfig& config, Pip
   return p;
 }
 
-void BuildModel(Pipeline* p, DistContext* dist) {
-  const bool training = p->mode == PipelineMode::kTrain;
-  const auto& data = p->config.data_config();
+ModelContext ModelContextOf(const Pipeline& p) {
+  const auto& data = p.config.data_config();
   ModelContext context;
-  context.config = &p->config.model_config();
-  context.features = p->FeaturePointers();
+  context.config = &p.config.model_config();
+  context.features = p.FeaturePointers();
   for (const Feature* f : context.features) {
     if (f->is_sparse() && !f->is_sequence()) context.heads.sparse_features.insert(f->name());
   }
   context.heads.label_fields.assign(data.label_fields().begin(), data.label_fields().end());
   context.heads.sample_weight_fields.assign(data.sample_weight_fields().begin(),
                                             data.sample_weight_fields().end());
-  context.heads.needs_labels = p->mode != PipelineMode::kPredict;
-  p->model = CreateModel(context);
+  context.heads.needs_labels = p.mode != PipelineMode::kPredict;
+  context.tower = p.tower;
+  return context;
+}
+
+void BuildModel(Pipeline* p, DistContext* dist) {
+  const bool training = p->mode == PipelineMode::kTrain;
+  if (training && !p->tower.empty()) Fail("a model is trained whole, not as its tower '", p->tower, "'");
+  p->model = CreateModel(ModelContextOf(*p));
 
   EmbeddingCollection::MaterializeOptions tables;
   const int world = dist ? dist->world_size() : 1;

@@ -63,6 +63,8 @@ struct Pipeline {
   double dense_base_lr = 0.0;
   // Inference: tables BuildModel stores INT8 row-wise (an export's QUANT_EMB tables).
   std::set<std::string> int8_tables;
+  // Inference: build only this tower of a retrieval model (ModelContext::tower).
+  std::string tower;
   // Where each table lives (training; logged and saved with checkpoints).
   std::vector<TablePlan> plan;
   std::string plan_json;
@@ -79,6 +81,9 @@ struct Pipeline {
 
 // Features and the generator of `config` (cheap, no LibTorch state).
 std::unique_ptr<Pipeline> BuildFeatures(const protos::EasyRecConfig& config, PipelineMode mode);
+// What BuildModel builds the model from: the features, labels and sample weights of the
+// pipeline's config (labels only outside kPredict), and its tower.
+ModelContext ModelContextOf(const Pipeline& pipeline);
 // Model, plan, tables and (training) optimizers. Whole tables may use at most 80% of this
 // machine's memory split over its local ranks before the planner shards them.
 void BuildModel(Pipeline* pipeline, DistContext* dist);

@@ -4,10 +4,12 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/flags.h"
@@ -166,15 +168,11 @@ Json InputSignature(const Pipeline& pipeline) {
   return inputs;
 }
 
-Json OutputSignature(Model& model) {
-  Predictions predictions;
-  for (const auto& head : model.heads()) {
-    head->AddPredictions(at::zeros({1, head->num_class()}), &predictions);
-  }
+Json OutputSignature(const Model& model) {
   Json outputs = Json::array();
-  for (const auto& [name, tensor] : predictions) {
+  for (const auto& [name, width] : model.OutputWidths()) {
     Json shape = {-1};
-    for (int64_t d = 1; d < tensor.dim(); ++d) shape.push_back(tensor.size(d));
+    if (width > 0) shape.push_back(width);
     outputs.push_back({{"name", name}, {"dtype", "float32"}, {"shape", shape}});
   }
   return outputs;
@@ -229,6 +227,10 @@ bool IsExportDir(const std::string& path) {
 
 nlohmann::json ReadExportManifest(const std::string& export_dir) {
   const std::string path = JoinPath(export_dir, kExportManifestFile);
+  if (!PathExists(path) && IsExportDir(JoinPath(export_dir, "user")) &&
+      IsExportDir(JoinPath(export_dir, "item"))) {
+    Fail("'", export_dir, "' holds the towers of a retrieval model: use its user/ or item/ directory");
+  }
   if (!PathExists(path)) Fail("'", export_dir, "' is not an export directory (no ", kExportManifestFile, ")");
   Json manifest = Json::parse(ReadFileToString(path), nullptr, false);
   if (manifest.is_discarded() || !manifest.is_object()) Fail(path, ": not a JSON object");
@@ -241,6 +243,191 @@ nlohmann::json ReadExportManifest(const std::string& export_dir) {
   return manifest;
 }
 
+namespace {
+
+// What every directory of one export shares.
+struct ExportSettings {
+  std::string checkpoint;
+  int64_t step = 0;
+  TableDtype pooled_dtype = TableDtype::kINT8;
+  TableDtype sequence_dtype = TableDtype::kFP32;
+  Json acc;
+  std::vector<std::pair<std::string, std::string>> extra_files;  // name, content
+  bool write_scripted_model = true;
+};
+
+// The model of `config` restored from the checkpoint (its tower alone when `tower` is set).
+std::unique_ptr<Pipeline> RestoredPipeline(const protos::EasyRecConfig& config, const std::string& tower,
+                                           const std::string& checkpoint) {
+  std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, PipelineMode::kPredict);
+  pipeline->tower = tower;
+  BuildModel(pipeline.get(), nullptr);
+  RestoreOptions restore;
+  restore.restore_optimizer = false;
+  restore.restore_rng = false;
+  restore.require_all = true;  // an export with randomly initialised weights helps nobody
+  RestoreCheckpoint(checkpoint, TrainingState{pipeline->model.get(), nullptr, nullptr}, restore);
+  return pipeline;
+}
+
+// Writes one export directory's files into `staging` (to be renamed to `final_dir`).
+void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig& config,
+                    Pipeline& pipeline, const std::string& final_dir, const std::string& staging) {
+  MakeDirs(staging);
+  // Assets: copied under md5 names; pipeline.config refers to them inside the export.
+  protos::EasyRecConfig exported = config;
+  std::map<std::string, std::string> copied;  // name -> content
+  VisitConfigAssets(&exported, [&](Message* owner, const FieldDescriptor* field,
+                                   const std::string& resolved, const std::string& where) {
+    if (!PathExists(resolved) || IsDirectory(resolved)) {
+      Fail(where, ": asset file '", resolved, "' not found");
+    }
+    std::string content = ReadFileToString(resolved);
+    const std::string name = AssetCopyName(resolved, content);
+    owner->GetReflection()->SetString(owner, field, name);
+    copied.emplace(name, std::move(content));
+  });
+  for (int i = 0; i < exported.feature_configs_size(); ++i) {
+    SetAssetDirs(exported.mutable_feature_configs(i), final_dir);
+  }
+  for (const auto& [name, content] : copied) WriteFileAtomic(JoinPath(staging, name), content);
+  for (const auto& [name, content] : settings.extra_files) WriteFileAtomic(JoinPath(staging, name), content);
+  SavePipelineConfig(exported, JoinPath(staging, "pipeline.config"));
+  if (config.data_config().fg_mode() != protos::FG_NONE) {
+    CreateFgJsonOptions fg;
+    fg.fg_output_dir = staging;
+    CreateFgJson(config, fg);
+  }
+  WriteFileAtomic(JoinPath(staging, "model_acc.json"), settings.acc.dump(4) + "\n");
+
+  // Weights.
+  Model& model = *pipeline.model;
+  std::vector<at::Tensor> keep_alive;
+  std::vector<SafetensorsTensor> tensors;
+  auto add = [&](const std::string& name, at::Tensor t) {
+    t = t.contiguous();
+    keep_alive.push_back(t);
+    SafetensorsTensor st;
+    st.name = name;
+    st.dtype = SafetensorsDtypeOf(t);
+    st.shape.assign(t.sizes().begin(), t.sizes().end());
+    st.data = t.data_ptr();
+    st.bytes = t.numel() * t.element_size();
+    tensors.push_back(std::move(st));
+  };
+  for (const auto& item : model.named_parameters()) add(item.key(), item.value().detach());
+  for (const auto& item : model.named_buffers()) add(item.key(), item.value().detach());
+  Json tables = Json::array();
+  StoredTables fp32_tables, stored_tables;  // for the scripted model
+  int64_t table_bytes = 0, fp32_bytes = 0;
+  const auto& specs = model.embedding_collection().table_specs();
+  std::map<std::string, const EmbeddingTableSpec*> spec_of;
+  for (const auto& spec : specs) spec_of[spec.name] = &spec;
+  model.embedding_collection().VisitTableStates(
+      false, [&](const std::string& table, const std::map<std::string, at::Tensor>& state) {
+        const EmbeddingTableSpec& spec = *spec_of.at(table);
+        const at::Tensor weight = state.at("weight");
+        const TableDtype dtype = spec.sequence ? settings.sequence_dtype : settings.pooled_dtype;
+        const std::string name = kTablePrefix + table + ".weight";
+        at::Tensor stored = QuantizeTable(weight.detach().to(at::kFloat), dtype);
+        table_bytes += stored.numel() * stored.element_size();
+        fp32_bytes += weight.numel() * 4;
+        add(name, stored);
+        if (settings.write_scripted_model) {
+          fp32_tables[table] = {weight.detach().to(at::kFloat), TableDtype::kFP32, spec.dim};
+          stored_tables[table] = {stored, dtype, spec.dim};
+        }
+        tables.push_back({{"name", table}, {"tensor", name}, {"rows", spec.rows},
+                          {"dim", spec.dim}, {"sequence", spec.sequence},
+                          {"dtype", TableDtypeName(dtype)}});
+      });
+  WriteSafetensors(JoinPath(staging, kExportWeightsFile), tensors,
+                   {{"format", kFormatName}, {"manifest", kExportManifestFile}});
+  std::string scripted_skipped = "--noscripted_model";
+  if (settings.write_scripted_model) {
+    scripted_skipped = WriteScriptedModel(model, pipeline.FeaturePointers(), fp32_tables,
+                                          stored_tables, JoinPath(staging, kScriptedModelFile));
+    fp32_tables.clear();
+    stored_tables.clear();
+    if (!scripted_skipped.empty()) LOG_INFO << kScriptedModelFile << " not written: " << scripted_skipped;
+  }
+
+  Json manifest;
+  manifest["format"] = kFormatName;
+  manifest["format_version"] = kExportFormatVersion;
+  manifest["tzrec_version"] = kTzrecVersion;
+  const auto* member = config.model_config().GetReflection()->GetOneofFieldDescriptor(
+      config.model_config(), config.model_config().GetDescriptor()->FindOneofByName("model"));
+  manifest["model"] = member ? member->name() : "";
+  if (!model.tower().empty()) manifest["tower"] = model.tower();
+  manifest["checkpoint"] = {{"path", settings.checkpoint}, {"global_step", settings.step}};
+  manifest["weights"] = kExportWeightsFile;
+  if (scripted_skipped.empty()) {
+    manifest["scripted_model"] = kScriptedModelFile;
+  } else {
+    manifest["scripted_model_skipped"] = scripted_skipped;
+  }
+  manifest["pipeline_config"] = "pipeline.config";
+  if (config.data_config().fg_mode() != protos::FG_NONE) manifest["fg_json"] = "fg.json";
+  manifest["fg_mode"] = protos::FgMode_Name(config.data_config().fg_mode());
+  manifest["quantization"] = {{"QUANT_EMB", TableDtypeName(settings.pooled_dtype)},
+                              {"QUANT_EC_EMB", TableDtypeName(settings.sequence_dtype)},
+                              {"int8_layout", "rowwise: uint8[dim], fp16 scale, fp16 bias"}};
+  manifest["tables"] = std::move(tables);
+  manifest["table_bytes"] = table_bytes;
+  manifest["table_bytes_fp32"] = fp32_bytes;
+  manifest["inputs"] = InputSignature(pipeline);
+  manifest["outputs"] = OutputSignature(model);
+  WriteFileAtomic(JoinPath(staging, kExportManifestFile), manifest.dump(2) + "\n");
+  SyncDirectory(staging);
+  LOG_INFO << "exported " << (model.tower().empty() ? "" : "the " + model.tower() + " tower of ")
+           << settings.checkpoint << " (step " << settings.step << ") to " << final_dir << ": tables "
+           << (table_bytes >> 10) << " KiB (" << TableDtypeName(settings.pooled_dtype) << " pooled, "
+           << TableDtypeName(settings.sequence_dtype) << " sequence; fp32 would be "
+           << (fp32_bytes >> 10) << " KiB)";
+}
+
+}  // namespace
+
+protos::EasyRecConfig TowerExportConfig(const protos::EasyRecConfig& config, const std::string& tower) {
+  std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, PipelineMode::kPredict);
+  // The whole model's definition, tables not allocated: it only names the tower's features.
+  std::shared_ptr<Model> model = CreateModel(ModelContextOf(*pipeline));
+  std::set<std::string> wanted;
+  for (const Feature* feature : model->TowerFeatures(tower)) wanted.insert(feature->name());
+  const std::vector<fg::FeatureInfo> infos =
+      fg::DescribeFeatures(config.feature_configs(), config.data_config().fg_mode());
+  std::map<std::string, const fg::FeatureInfo*> by_name;
+  for (const auto& info : infos) by_name[info.name] = &info;
+  // The tower's feature configs and, under FG_DAG, every feature they read (transitively).
+  std::set<int> keep;
+  std::vector<const fg::FeatureInfo*> pending;
+  for (const auto& info : infos) {
+    if (wanted.count(info.name)) pending.push_back(&info);
+  }
+  std::set<std::string> seen;
+  while (!pending.empty()) {
+    const fg::FeatureInfo* info = pending.back();
+    pending.pop_back();
+    if (!seen.insert(info->name).second) continue;
+    int index = -1;
+    if (std::sscanf(info->config_path.c_str(), "feature_configs[%d]", &index) != 1 || index < 0 ||
+        index >= config.feature_configs_size()) {
+      Fail("internal: cannot locate the feature config of '", info->name, "' (", info->config_path, ")");
+    }
+    keep.insert(index);
+    for (const auto& input : info->inputs) {
+      if (input.side != fg::Side::kFeature) continue;
+      auto it = by_name.find(input.column);
+      if (it != by_name.end()) pending.push_back(it->second);
+    }
+  }
+  protos::EasyRecConfig out = config;
+  out.clear_feature_configs();
+  for (int index : keep) *out.add_feature_configs() = config.feature_configs(index);
+  return out;
+}
+
 std::string ExportModel(const ExportOptions& options) {
   if (options.pipeline_config_path.empty()) Fail("--pipeline_config_path is required");
   if (options.export_dir.empty()) Fail("--export_dir is required");
@@ -248,166 +435,66 @@ std::string ExportModel(const ExportOptions& options) {
   if (PathExists(export_dir)) Fail("export_dir '", options.export_dir, "' already exists");
   protos::EasyRecConfig config = LoadPipelineConfig(options.pipeline_config_path);
   CheckConfigSupported(config);
-  const TableDtype pooled_dtype = ParseTableQuantization(
+  ExportSettings settings;
+  settings.pooled_dtype = ParseTableQuantization(
       EnvOr(options.quant_emb, options.quant_from_environment, "QUANT_EMB"), TableDtype::kINT8,
       "QUANT_EMB");
-  const TableDtype sequence_dtype = ParseTableQuantization(
+  settings.sequence_dtype = ParseTableQuantization(
       EnvOr(options.quant_ec_emb, options.quant_from_environment, "QUANT_EC_EMB"),
       TableDtype::kFP32, "QUANT_EC_EMB");
-  Json acc = {{"SPARSE_INT64", "1"}};
+  settings.acc = {{"SPARSE_INT64", "1"}};
   for (const char* name : {"QUANT_EMB", "QUANT_EC_EMB"}) {
     const std::string value = EnvOr(std::string(name) == "QUANT_EMB" ? options.quant_emb
                                                                        : options.quant_ec_emb,
                                     options.quant_from_environment, name);
-    if (!value.empty()) acc[name] = value;
+    if (!value.empty()) settings.acc[name] = value;
   }
   if (!options.additional_export_config.empty()) {
     Json extra = Json::parse(options.additional_export_config, nullptr, false);
     if (extra.is_discarded() || !extra.is_object()) {
       Fail("--additional_export_config: not a JSON object: ", options.additional_export_config);
     }
-    for (auto& [key, value] : extra.items()) acc[key] = value;
+    for (auto& [key, value] : extra.items()) settings.acc[key] = value;
   }
   // Extra files, read before anything is written.
-  std::vector<std::pair<std::string, std::string>> extra_files;  // name, content
   for (const std::string& file : Split(options.asset_files, ",")) {
     if (file.empty()) continue;
     if (!PathExists(file) || IsDirectory(file)) Fail("--asset_files: '", file, "' is not a file");
-    extra_files.emplace_back(BaseName(file), ReadFileToString(file));
+    settings.extra_files.emplace_back(BaseName(file), ReadFileToString(file));
   }
+  settings.write_scripted_model = options.write_scripted_model;
+  settings.checkpoint = ChooseExportCheckpoint(config, options.checkpoint_path);
+  settings.step = LatestCheckpoint(settings.checkpoint)->step;
 
-  const std::string checkpoint = ChooseExportCheckpoint(config, options.checkpoint_path);
-  std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, PipelineMode::kPredict);
-  BuildModel(pipeline.get(), nullptr);
-  if (pipeline->model->is_match_model()) {
-    Fail("model_config: exporting a retrieval model means exporting its user/ and item/ towers, ",
-         "which is not supported yet (train_eval and eval work)");
+  // A retrieval model exports each tower alone (TorchEasyRec's user/ and item/ directories),
+  // with only the tower's features, tables and weights: each side is scored on its own.
+  std::vector<std::string> towers;
+  {
+    std::unique_ptr<Pipeline> features = BuildFeatures(config, PipelineMode::kPredict);
+    std::shared_ptr<Model> definition = CreateModel(ModelContextOf(*features));
+    if (definition->is_match_model()) towers = definition->TowerNames();
   }
-  RestoreOptions restore;
-  restore.restore_optimizer = false;
-  restore.restore_rng = false;
-  restore.require_all = true;  // an export with randomly initialised weights helps nobody
-  RestoreCheckpoint(checkpoint, TrainingState{pipeline->model.get(), nullptr, nullptr}, restore);
-  const int64_t step = LatestCheckpoint(checkpoint)->step;
 
   // Everything goes into a hidden sibling first.
   const std::string staging = TempSiblingPath(export_dir);
   RemoveAll(staging);
-  MakeDirs(staging);
   try {
-    // Assets: copied under md5 names; pipeline.config refers to them inside the export.
-    protos::EasyRecConfig exported = config;
-    std::map<std::string, std::string> copied;  // name -> content
-    VisitConfigAssets(&exported, [&](Message* owner, const FieldDescriptor* field,
-                                     const std::string& resolved, const std::string& where) {
-      if (!PathExists(resolved) || IsDirectory(resolved)) {
-        Fail(where, ": asset file '", resolved, "' not found");
-      }
-      std::string content = ReadFileToString(resolved);
-      const std::string name = AssetCopyName(resolved, content);
-      owner->GetReflection()->SetString(owner, field, name);
-      copied.emplace(name, std::move(content));
-    });
-    for (int i = 0; i < exported.feature_configs_size(); ++i) {
-      SetAssetDirs(exported.mutable_feature_configs(i), export_dir);
-    }
-    for (const auto& [name, content] : copied) WriteFileAtomic(JoinPath(staging, name), content);
-    for (const auto& [name, content] : extra_files) WriteFileAtomic(JoinPath(staging, name), content);
-    SavePipelineConfig(exported, JoinPath(staging, "pipeline.config"));
-    if (config.data_config().fg_mode() != protos::FG_NONE) {
-      CreateFgJsonOptions fg;
-      fg.fg_output_dir = staging;
-      CreateFgJson(config, fg);
-    }
-    WriteFileAtomic(JoinPath(staging, "model_acc.json"), acc.dump(4) + "\n");
-
-    // Weights.
-    Model& model = *pipeline->model;
-    std::vector<at::Tensor> keep_alive;
-    std::vector<SafetensorsTensor> tensors;
-    auto add = [&](const std::string& name, at::Tensor t) {
-      t = t.contiguous();
-      keep_alive.push_back(t);
-      SafetensorsTensor st;
-      st.name = name;
-      st.dtype = SafetensorsDtypeOf(t);
-      st.shape.assign(t.sizes().begin(), t.sizes().end());
-      st.data = t.data_ptr();
-      st.bytes = t.numel() * t.element_size();
-      tensors.push_back(std::move(st));
-    };
-    for (const auto& item : model.named_parameters()) add(item.key(), item.value().detach());
-    for (const auto& item : model.named_buffers()) add(item.key(), item.value().detach());
-    Json tables = Json::array();
-    StoredTables fp32_tables, stored_tables;  // for the scripted model
-    int64_t table_bytes = 0, fp32_bytes = 0;
-    const auto& specs = model.embedding_collection().table_specs();
-    std::map<std::string, const EmbeddingTableSpec*> spec_of;
-    for (const auto& spec : specs) spec_of[spec.name] = &spec;
-    model.embedding_collection().VisitTableStates(
-        false, [&](const std::string& table, const std::map<std::string, at::Tensor>& state) {
-          const EmbeddingTableSpec& spec = *spec_of.at(table);
-          const at::Tensor weight = state.at("weight");
-          const TableDtype dtype = spec.sequence ? sequence_dtype : pooled_dtype;
-          const std::string name = kTablePrefix + table + ".weight";
-          at::Tensor stored = QuantizeTable(weight.detach().to(at::kFloat), dtype);
-          table_bytes += stored.numel() * stored.element_size();
-          fp32_bytes += weight.numel() * 4;
-          add(name, stored);
-          if (options.write_scripted_model) {
-            fp32_tables[table] = {weight.detach().to(at::kFloat), TableDtype::kFP32, spec.dim};
-            stored_tables[table] = {stored, dtype, spec.dim};
-          }
-          tables.push_back({{"name", table}, {"tensor", name}, {"rows", spec.rows},
-                            {"dim", spec.dim}, {"sequence", spec.sequence},
-                            {"dtype", TableDtypeName(dtype)}});
-        });
-    WriteSafetensors(JoinPath(staging, kExportWeightsFile), tensors,
-                     {{"format", kFormatName}, {"manifest", kExportManifestFile}});
-    std::string scripted_skipped = "--noscripted_model";
-    if (options.write_scripted_model) {
-      scripted_skipped = WriteScriptedModel(model, pipeline->FeaturePointers(), fp32_tables,
-                                            stored_tables, JoinPath(staging, kScriptedModelFile));
-      fp32_tables.clear();
-      stored_tables.clear();
-      if (!scripted_skipped.empty()) LOG_INFO << kScriptedModelFile << " not written: " << scripted_skipped;
-    }
-
-    Json manifest;
-    manifest["format"] = kFormatName;
-    manifest["format_version"] = kExportFormatVersion;
-    manifest["tzrec_version"] = kTzrecVersion;
-    const auto* member = config.model_config().GetReflection()->GetOneofFieldDescriptor(
-        config.model_config(), config.model_config().GetDescriptor()->FindOneofByName("model"));
-    manifest["model"] = member ? member->name() : "";
-    manifest["checkpoint"] = {{"path", checkpoint}, {"global_step", step}};
-    manifest["weights"] = kExportWeightsFile;
-    if (scripted_skipped.empty()) {
-      manifest["scripted_model"] = kScriptedModelFile;
+    if (towers.empty()) {
+      std::unique_ptr<Pipeline> pipeline = RestoredPipeline(config, "", settings.checkpoint);
+      WriteExportDir(settings, config, *pipeline, export_dir, staging);
     } else {
-      manifest["scripted_model_skipped"] = scripted_skipped;
+      MakeDirs(staging);
+      for (const std::string& tower : towers) {
+        const protos::EasyRecConfig tower_config = TowerExportConfig(config, tower);
+        std::unique_ptr<Pipeline> pipeline = RestoredPipeline(tower_config, tower, settings.checkpoint);
+        WriteExportDir(settings, tower_config, *pipeline, JoinPath(export_dir, tower), JoinPath(staging, tower));
+      }
+      SyncDirectory(staging);
     }
-    manifest["pipeline_config"] = "pipeline.config";
-    if (config.data_config().fg_mode() != protos::FG_NONE) manifest["fg_json"] = "fg.json";
-    manifest["fg_mode"] = protos::FgMode_Name(config.data_config().fg_mode());
-    manifest["quantization"] = {{"QUANT_EMB", TableDtypeName(pooled_dtype)},
-                                {"QUANT_EC_EMB", TableDtypeName(sequence_dtype)},
-                                {"int8_layout", "rowwise: uint8[dim], fp16 scale, fp16 bias"}};
-    manifest["tables"] = std::move(tables);
-    manifest["table_bytes"] = table_bytes;
-    manifest["table_bytes_fp32"] = fp32_bytes;
-    manifest["inputs"] = InputSignature(*pipeline);
-    manifest["outputs"] = OutputSignature(model);
-    WriteFileAtomic(JoinPath(staging, kExportManifestFile), manifest.dump(2) + "\n");
-    SyncDirectory(staging);
     if (PathExists(export_dir)) Fail("export_dir '", options.export_dir, "' appeared while exporting");
     if (std::rename(staging.c_str(), export_dir.c_str()) != 0) {
       Fail("cannot rename ", staging, " to ", export_dir, ": ", std::strerror(errno));
     }
-    LOG_INFO << "exported " << checkpoint << " (step " << step << ") to " << export_dir
-             << ": tables " << (table_bytes >> 10) << " KiB (" << TableDtypeName(pooled_dtype)
-             << " pooled, " << TableDtypeName(sequence_dtype) << " sequence; fp32 would be "
-             << (fp32_bytes >> 10) << " KiB)";
   } catch (...) {
     RemoveAll(staging);
     throw;
@@ -434,6 +521,7 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
   if (adjust) adjust(&config);
   CheckConfigSupported(config);
   std::unique_ptr<Pipeline> pipeline = BuildFeatures(config, mode);
+  pipeline->tower = manifest.value("tower", "");
   if (!manifest.contains("tables") || !manifest["tables"].is_array()) {
     Fail(JoinPath(export_dir, kExportManifestFile), ": no tables list");
   }
@@ -486,7 +574,8 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
                                                Fail("export '", export_dir, "' has no ", what);
                                              });
   model.eval();
-  LOG_INFO << "loaded export " << export_dir << " (" << manifest.value("model", "") << ", step "
+  LOG_INFO << "loaded export " << export_dir << " (" << manifest.value("model", "")
+           << (pipeline->tower.empty() ? "" : " " + pipeline->tower + " tower") << ", step "
            << manifest["checkpoint"].value("global_step", int64_t{-1}) << ", tables "
            << manifest["quantization"].value("QUANT_EMB", "") << ")";
   return pipeline;
@@ -505,7 +594,9 @@ int ExportMain(const std::vector<std::string>& args) {
                {"asset_files", "comma-separated files to copy into the export"},
                {"additional_export_config", "JSON object merged into model_acc.json"},
                {"noscripted_model", "do not write scripted_model.pt (the TorchScript copy of the "
-                                    "model and its tables for torch.jit.load)", true}});
+                                    "model and its tables for torch.jit.load)", true},
+               {"item_input_path", "accepted for TorchEasyRec compatibility, where it feeds the "
+                                   "item tower's tracing; tzrec exports without tracing"}});
   if (!flags.Parse(args)) return 0;
   ExportOptions options;
   options.pipeline_config_path = flags.Get("pipeline_config_path");
@@ -514,6 +605,9 @@ int ExportMain(const std::vector<std::string>& args) {
   options.asset_files = flags.Get("asset_files");
   options.additional_export_config = flags.Get("additional_export_config");
   options.write_scripted_model = !flags.GetSwitch("noscripted_model");
+  if (!flags.Get("item_input_path").empty()) {
+    LOG_INFO << "--item_input_path is not needed: tzrec writes the towers without tracing them on data";
+  }
   ExportModel(options);
   return 0;
 }

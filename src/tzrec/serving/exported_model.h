@@ -14,6 +14,10 @@
 //                      --additional_export_config}, as TorchEasyRec writes it
 //   scripted_model.pt  the TorchScript form (serving/scripted_model.h) where the model has one;
 //                      the manifest names it, or says why it is missing
+// A retrieval model (Model::is_match_model) is exported as TorchEasyRec does it: export_dir
+// holds one such directory per tower, user/ and item/, each with only its tower's features
+// (pipeline.config's feature_configs and fg.json), tables and weights; the manifest names the
+// tower, and the output is "<tower>_tower_emb" [-1, D].
 // It is written into a hidden sibling directory and renamed into place, so a directory that
 // exists is complete.
 //
@@ -58,6 +62,10 @@ std::string ExportModel(const ExportOptions& options);
 // train_eval_result_v2.txt line is best by best_exporter_metric.
 std::string ChooseExportCheckpoint(const protos::EasyRecConfig& config,
                                    const std::string& checkpoint_path);
+
+// `config` with only the feature configs tower `tower` of its retrieval model reads (and,
+// under FG_DAG, the features those read), as an exported tower's pipeline.config holds them.
+protos::EasyRecConfig TowerExportConfig(const protos::EasyRecConfig& config, const std::string& tower);
 
 // True when `path` holds a tzrec_model.json.
 bool IsExportDir(const std::string& path);

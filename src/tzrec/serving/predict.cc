@@ -386,8 +386,8 @@ int64_t Predict(const PredictOptions& options) {
     pipeline = BuildFeatures(config, PipelineMode::kPredict);
     BuildModel(pipeline.get(), nullptr);
     if (pipeline->model->is_match_model()) {
-      Fail("model_config: a retrieval model predicts with its exported user/ or item/ tower, which ",
-           "is not supported yet (train_eval and eval work)");
+      Fail("model_config: a retrieval model predicts tower by tower: export it (tzrec export) and ",
+           "pass --scripted_model_path=<export_dir>/user or <export_dir>/item");
     }
     RestoreOptions restore;
     restore.restore_optimizer = false;
@@ -412,24 +412,21 @@ int64_t Predict(const PredictOptions& options) {
   }
   Model& model = *pipeline->model;
   model.eval();
-  // Output names and widths from the heads, before any data is read.
-  Predictions probe;
-  for (const auto& head : model.heads()) {
-    head->AddPredictions(at::zeros({1, head->num_class()}), &probe);
-  }
+  // Output names and widths, before any data is read.
+  const std::map<std::string, int64_t> known_outputs = model.OutputWidths();
   std::vector<std::string> outputs = CommaList(options.output_columns);
   if (outputs.empty()) {
-    for (const auto& kv : probe) outputs.push_back(kv.first);  // std::map: sorted
+    for (const auto& kv : known_outputs) outputs.push_back(kv.first);  // std::map: sorted
   }
   std::vector<int64_t> widths;
   for (const auto& name : outputs) {
-    auto it = probe.find(name);
-    if (it == probe.end()) {
+    auto it = known_outputs.find(name);
+    if (it == known_outputs.end()) {
       std::string known;
-      for (const auto& kv : probe) known += (known.empty() ? "" : ", ") + kv.first;
+      for (const auto& kv : known_outputs) known += (known.empty() ? "" : ", ") + kv.first;
       Fail("--output_columns: the model has no output '", name, "' (it has ", known, ")");
     }
-    widths.push_back(it->second.dim() > 1 ? it->second.size(1) : 0);
+    widths.push_back(it->second);
   }
   for (const auto& name : reserved) {
     if (std::find(outputs.begin(), outputs.end(), name) != outputs.end()) {

@@ -43,10 +43,12 @@ torch::jit::Module ModuleFromScript(const ScriptWriter& w) {
 
 std::map<std::string, at::Tensor> ScriptedInputs(const Batch& batch, const std::vector<const Feature*>& features) {
   std::map<std::string, at::Tensor> inputs;
-  const DataGroupBatch& base = batch.base();
   for (const Feature* feature : features) {
     const std::string& f = feature->name();
-    if (feature->data_group() != kBaseDataGroup) continue;
+    // Inference batches hold the request's rows in every data group (no sampler runs).
+    auto group = batch.data_groups.find(feature->data_group());
+    if (group == batch.data_groups.end()) continue;
+    const DataGroupBatch& base = group->second;
     if (feature->is_sparse() && !feature->is_sequence()) {
       auto it = base.sparse.find(f);
       if (it == base.sparse.end()) continue;

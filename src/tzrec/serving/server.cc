@@ -405,6 +405,10 @@ struct Server::Impl {
     const Json& user = body.contains("user_features") ? body["user_features"] : kEmpty;
     const Json& context = body.contains("context_features") ? body["context_features"] : kEmpty;
     std::shared_ptr<LoadedModel> model = Current();
+    if (model->pipeline->tower == "user") {
+      throw RequestError(400, "this is the user tower of a retrieval model: it embeds users, not items "
+                              "(send the user's features to :predict)");
+    }
     const std::string list_separator = model->list_separator;
     RecordBatch records = RankToRecords(user, id_column, item_ids, context, list_separator);
     // With an item table, items missing from it are not scored: every output of theirs is
