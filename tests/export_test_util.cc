@@ -19,9 +19,6 @@
 
 namespace tzrec::testing {
 
-namespace {
-
-// The cells of one CSV line ("a,\"1,2\",b" -> a | 1,2 | b).
 std::vector<std::string> CsvCells(const std::string& line) {
   std::vector<std::string> cells(1);
   bool quoted = false;
@@ -42,8 +39,6 @@ std::vector<std::string> CsvCells(const std::string& line) {
   }
   return cells;
 }
-
-}  // namespace
 
 std::map<std::string, std::vector<double>> ReadCsvColumns(const std::string& path) {
   std::ifstream in(path);

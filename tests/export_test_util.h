@@ -14,6 +14,8 @@ namespace tzrec::testing {
 // Column name -> values of a predict CSV (numbers only; a quoted list cell such as an
 // embedding "0.1,0.2" adds all its numbers, row after row).
 std::map<std::string, std::vector<double>> ReadCsvColumns(const std::string& path);
+// The cells of one CSV line, quotes removed ("a,\"1,2\",b" -> a | 1,2 | b).
+std::vector<std::string> CsvCells(const std::string& line);
 
 double MaxAbsDiff(const std::vector<double>& a, const std::vector<double>& b);
 

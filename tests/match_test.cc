@@ -10,6 +10,7 @@
 #include "model_test_util.h"
 #include "test_util.h"
 #include "tzrec/modules/match_tower.h"
+#include "tzrec/serving/exported_model.h"
 
 namespace tzrec {
 namespace {
@@ -179,6 +180,61 @@ TEST(DSSM, TowersScoreAlone) {
   EXPECT_TRUE(at::allclose(at::mm(u, i.t()) / 0.5, sim, 1e-5, 1e-6));
   model.SetTower("");
   EXPECT_TZREC_ERROR(model.SetTower("query"), "model has no tower 'query' (towers: user, item)");
+}
+
+// An exported tower is built alone: its config keeps only the tower's feature configs, the
+// model only that tower's weights and tables, and with the whole model's weights it computes
+// the whole model's tower embedding. It cannot be switched to the other tower or the whole.
+TEST(DSSM, ATowerBuiltAloneHasOnlyItsFeaturesTablesAndWeights) {
+  auto whole = testing::BuildTestPipeline(DssmConfig(""), /*training=*/false);
+  const protos::EasyRecConfig user_config = TowerExportConfig(whole->config, "user");
+  ASSERT_EQ(user_config.feature_configs_size(), 1);
+  EXPECT_EQ(user_config.feature_configs(0).id_feature().feature_name(), "user_id");
+  EXPECT_EQ(TowerExportConfig(whole->config, "item").feature_configs_size(), 2);
+  EXPECT_TZREC_ERROR(TowerExportConfig(whole->config, "query"), "no tower 'query'");
+
+  auto tower = BuildFeatures(user_config, PipelineMode::kPredict);
+  tower->tower = "user";
+  BuildModel(tower.get(), nullptr);
+  Model& alone = *tower->model;
+  EXPECT_TRUE(alone.tower_only());
+  EXPECT_TRUE(alone.is_match_model());
+  EXPECT_EQ(alone.OutputWidths(), (std::map<std::string, int64_t>{{"user_tower_emb", 6}}));
+  int params = 0;
+  for (const auto& p : alone.named_parameters()) {
+    EXPECT_EQ(p.key().rfind("user_tower.", 0), 0u) << p.key();
+    ++params;
+  }
+  EXPECT_GT(params, 0);
+  std::map<std::string, std::map<std::string, at::Tensor>> tables;
+  whole->model->embedding_collection().VisitTableStates(
+      false, [&](const std::string& table, const std::map<std::string, at::Tensor>& state) {
+        tables[table]["weight"] = state.at("weight").clone();
+      });
+  std::vector<std::string> missing;
+  ASSERT_EQ(alone.embedding_collection().RestoreTables(tables, false, "test",
+                                                       [&](const std::string& what) { missing.push_back(what); }),
+            1);
+  EXPECT_TRUE(missing.empty());
+  {
+    c10::NoGradGuard no_grad;
+    auto whole_params = whole->model->named_parameters();
+    for (auto& p : alone.named_parameters()) p.value().copy_(whole_params[p.key()]);
+  }
+  alone.eval();
+  whole->model->eval();
+  whole->model->SetTower("user");
+  ParsedBatch users;
+  users.size = 3;
+  users.sparse["user_id"] = {{7, 8, 9}, {1, 1, 1}};
+  ParsedBatch copy = users;
+  const at::Tensor expected = whole->model->Predict(ToBatch(std::move(users))).at("user_tower_emb");
+  const at::Tensor got = alone.Predict(ToBatch(std::move(copy))).at("user_tower_emb");
+  EXPECT_TRUE(at::equal(got, expected));
+  EXPECT_TZREC_ERROR(alone.SetTower(""), "built as its 'user' tower alone");
+  EXPECT_TZREC_ERROR(alone.SetTower("item"), "built as its 'user' tower alone");
+  tower->mode = PipelineMode::kTrain;
+  EXPECT_TZREC_ERROR(BuildModel(tower.get(), nullptr), "trained whole, not as its tower 'user'");
 }
 
 TEST(DSSM, ConfigErrors) {

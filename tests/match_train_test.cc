@@ -18,8 +18,10 @@
 #include "test_util.h"
 #include "train_test_util.h"
 #include "export_test_util.h"
+#include "serve_test_util.h"
 #include "tzrec/batch/batch_stream.h"
 #include "tzrec/common/fs.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/serving/exported_model.h"
@@ -70,12 +72,70 @@ double HitRate(const at::Tensor& user, const at::Tensor& item, const std::vector
   return (better < k).to(at::kDouble).mean().item<double>();
 }
 
+// tzrec serve on the exported user tower: a user's raw features in, the embedding predict
+// computes out (what an online retrieval service asks before its nearest-neighbour search);
+// ranking items is refused, the user tower has no item features.
+void ServesTheUserTower(const testing::TempDir& dir, const std::string& eval_pattern) {
+  PredictOptions predict;
+  predict.scripted_model_path = dir.File("export_fp32/user");
+  predict.predict_input_path = eval_pattern;
+  predict.predict_output_path = dir.File("pred_serve");
+  predict.writer_type = "CsvWriter";
+  predict.reserved_columns = "ALL_COLUMNS";
+  predict.batch_size = 16;
+  predict.predict_steps = 1;
+  Predict(predict);
+  const std::vector<std::string> lines = Split(ReadFileToString(dir.File("pred_serve/part-0.csv")), "\n");
+  const std::vector<std::string> header = testing::CsvCells(lines[0]);
+  ASSERT_EQ(header[0], "user_tower_emb");
+  nlohmann::json instances = nlohmann::json::array();
+  std::vector<std::string> expected;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].empty()) continue;
+    const std::vector<std::string> cells = testing::CsvCells(lines[i]);
+    nlohmann::json row = nlohmann::json::object();
+    for (size_t c = 1; c < header.size(); ++c) row[header[c]] = cells[c];
+    instances.push_back(row);
+    expected.push_back(cells[0]);
+  }
+  ASSERT_EQ(instances.size(), 16u);
+  ServeOptions options;
+  options.model_path = dir.File("export_fp32/user");
+  options.model_name = "user_tower";
+  options.model_threads = 1;
+  testing::RunningServer running(options);
+  auto client = running.Client();
+  nlohmann::json body = nlohmann::json::object();
+  body["instances"] = instances;
+  auto res = client.Post("/v1/models/user_tower:predict", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const nlohmann::json answer = nlohmann::json::parse(res->body);
+  ASSERT_EQ(answer["predictions"].size(), instances.size());
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const auto& emb = answer["predictions"][i]["user_tower_emb"];
+    const std::vector<std::string> want = Split(expected[i], ",");
+    ASSERT_EQ(emb.size(), want.size()) << i;
+    for (size_t k = 0; k < want.size(); ++k) {
+      double v = 0;
+      ASSERT_TRUE(ParseDouble(want[k], &v));
+      EXPECT_NEAR(emb[k].get<double>(), v, 1e-6) << i << "," << k;
+    }
+  }
+  res = client.Post("/v1/models/user_tower/rank",
+                    nlohmann::json{{"user_features", instances[0]}, {"item_ids", {"1", "2"}}}.dump(),
+                    "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("user tower"), std::string::npos) << res->body;
+}
+
 // Exports the trained model's towers (fp32 and INT8 tables) and checks what a user of them
 // relies on: user/ and item/ hold only their tower's features, tables and outputs; predict on
 // each gives the whole model's tower embeddings for the same rows; the embeddings retrieve each
 // eval row's own item far above chance among all eval items; the scripted towers agree.
 void ExportsTowersThatRetrieve(const testing::TempDir& dir, const std::string& config_path,
-                               const std::string& eval_pattern) {
+                               const std::string& eval_pattern, bool serve) {
   const auto config = LoadPipelineConfig(config_path);
   const std::string checkpoint = ListCheckpoints(config.model_dir()).back().path;
   ExportOptions export_options;
@@ -156,6 +216,7 @@ void ExportsTowersThatRetrieve(const testing::TempDir& dir, const std::string& c
           << manifest.value("scripted_model_skipped", "");
     }
   }
+  if (serve) ServesTheUserTower(dir, eval_pattern);
   int64_t items = 0;
   const double fp32_hits = HitRate(fp32_emb["user"], fp32_emb["item"], item_ids, 5, &items);
   const double int8_hits = HitRate(int8_emb["user"], int8_emb["item"], item_ids, 5, &items);
@@ -167,7 +228,7 @@ void ExportsTowersThatRetrieve(const testing::TempDir& dir, const std::string& c
 
 // `sampler`: the config's sampler member; its table paths are pointed at gen_data's tables.
 void TrainsAboveChance(const std::string& config_name, const std::string& sampler,
-                       const std::string& extra_edits = "") {
+                       const std::string& extra_edits = "", bool serve = false) {
   SCOPED_TRACE(config_name);
   testing::DeterministicRuntime();
   testing::TempDir dir;
@@ -216,7 +277,7 @@ void TrainsAboveChance(const std::string& config_name, const std::string& sample
   EXPECT_GE(result["recall@5"].get<double>(), 8 * 5 * chance) << result.dump();
   EXPECT_GE(result["recall@5"].get<double>(), result["recall@1"].get<double>());
   EXPECT_FALSE(ListCheckpoints(dir.File("model")).empty());
-  ExportsTowersThatRetrieve(dir, dir.File("model/pipeline.config"), data.eval_pattern);
+  ExportsTowersThatRetrieve(dir, dir.File("model/pipeline.config"), data.eval_pattern, serve);
 }
 
 constexpr char kTokenizer[] = R"(, "feature_configs[15].tokenize_feature.vocab_file": ")";
@@ -227,7 +288,7 @@ std::string TokenizerEdit() {
 
 TEST(MatchTaobao, DSSMTrainsAboveChance) { TrainsAboveChance("dssm_taobao.config", "negative_sampler"); }
 TEST(MatchTaobao, DSSMV2TrainsAboveChance) { TrainsAboveChance("dssm_v2_taobao.config", "negative_sampler"); }
-TEST(MatchMock, DSSMTrainsAboveChance) { TrainsAboveChance("dssm_mock.config", "negative_sampler"); }
+TEST(MatchMock, DSSMTrainsAboveChance) { TrainsAboveChance("dssm_mock.config", "negative_sampler", "", true); }
 TEST(MatchMock, DSSMWithSamplerV2TrainsAboveChance) {
   TrainsAboveChance("dssm_mock.config", "negative_sampler_v2");
 }

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "serve_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
@@ -63,27 +64,7 @@ Fixture& Shared() {
   return *fixture;
 }
 
-// A server on a free port, run on its own thread.
-struct RunningServer {
-  std::unique_ptr<Server> server;
-  std::thread thread;
-  explicit RunningServer(ServeOptions options) {
-    options.port = 0;
-    server = std::make_unique<Server>(options);
-    thread = std::thread([this] { server->Run(); });
-  }
-  ~RunningServer() {
-    server->Stop();
-    thread.join();
-  }
-  httplib::Client Client() const {
-    httplib::Client client("127.0.0.1", server->port());
-    client.set_keep_alive(true);
-    client.set_tcp_nodelay(true);  // headers and body go out in two writes
-    client.set_read_timeout(30, 0);
-    return client;
-  }
-};
+using testing::RunningServer;
 
 ServeOptions Options() {
   ServeOptions options;
