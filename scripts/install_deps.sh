@@ -12,6 +12,7 @@ PACKAGES=(
   libgoogle-perftools-dev
   nlohmann-json3-dev libdnnl-dev
   libcpp-httplib-dev  # tzrec serve
+  libopenblas-openmp-dev libfaiss-dev  # create_faiss_index, hitrate (the BLAS first: faiss needs one)
   python3-torch  # tests: scripted_model.pt loads in Python torch; bench references
   libgtest-dev googletest
   libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev

@@ -27,6 +27,7 @@
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/predict.h"
 #include "tzrec/tools/gen_data.h"
+#include "tzrec/tools/hitrate.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/trainer.h"
 
@@ -224,6 +225,33 @@ void ExportsTowersThatRetrieve(const testing::TempDir& dir, const std::string& c
               static_cast<long long>(items), fp32_hits, int8_hits, 5.0 / items);
   EXPECT_GE(fp32_hits, 8 * 5.0 / items);
   EXPECT_GE(int8_hits, 0.9 * fp32_hits);
+
+  // The same hit rate from the tool a user runs on predict's outputs: the distinct items'
+  // embeddings in an IVFFlatIP index (searched exhaustively), each row's user embedding with
+  // its own item as ground truth.
+  auto cells = [](const at::Tensor& row) {
+    std::string text;
+    for (int64_t k = 0; k < row.size(0); ++k) text += StrCat(k ? "," : "", row[k].item<float>());
+    return "\"" + text + "\"";
+  };
+  std::string items_csv = "item_id,item_tower_emb\n", users_csv = "request_id,gt_items,user_tower_emb\n";
+  std::set<double> seen;
+  for (size_t r = 0; r < item_ids.size(); ++r) {
+    const std::string id = std::to_string(static_cast<int64_t>(item_ids[r]));
+    if (seen.insert(item_ids[r]).second) items_csv += id + "," + cells(fp32_emb["item"][r]) + "\n";
+    users_csv += StrCat(r, ",", id, ",", cells(fp32_emb["user"][r]), "\n");
+  }
+  testing::WriteFile(dir.File("item_emb.csv"), items_csv);
+  testing::WriteFile(dir.File("user_gt.csv"), users_csv);
+  HitrateOptions hitrate;
+  hitrate.user_gt_input = dir.File("user_gt.csv");
+  hitrate.item_embedding_input = dir.File("item_emb.csv");
+  hitrate.top_k = 5;
+  hitrate.ivf_nlist = 32;
+  hitrate.ivf_nprobe = 32;
+  const HitrateResult tool = ComputeHitrate(hitrate);
+  EXPECT_EQ(tool.requests, static_cast<int64_t>(item_ids.size()));
+  EXPECT_NEAR(tool.hitrate, fp32_hits, 0.002);
 }
 
 // `sampler`: the config's sampler member; its table paths are pointed at gen_data's tables.

@@ -12,7 +12,9 @@
 #include "tzrec/serving/predict.h"
 #include "tzrec/serving/server.h"
 #include "tzrec/tools/launch.h"
+#include "tzrec/tools/faiss_index.h"
 #include "tzrec/tools/gen_data.h"
+#include "tzrec/tools/hitrate.h"
 #include "tzrec/train/trainer.h"
 
 namespace tzrec {
@@ -76,6 +78,8 @@ const std::map<std::string, Command>& Commands() {
       {"serve", {ServeMain, "serve an export over HTTP with feature generation and dynamic batching"}},
       {"predict", {PredictMain, "score CSV/Parquet rows with an export or a checkpoint"}},
       {"create_fg_json", {CreateFgJsonMain, "write fg.json (and its asset files) for a config"}},
+      {"create_faiss_index", {CreateFaissIndexMain, "build a FAISS index of item tower embeddings"}},
+      {"hitrate", {HitrateMain, "offline retrieval hit rate of user embeddings against item embeddings"}},
       {"launch", {LaunchMain, "run a command as the local ranks of a distributed job (torchrun)"}},
       {"dist_check", {DistCheckMain, "check the process group's collectives across ranks"}},
   };
@@ -88,7 +92,7 @@ std::string CommandsHelp() {
   std::string text = "usage: tzrec <command> [flags]   (tzrec <command> --help for flags)\n\ncommands:\n";
   for (const auto& kv : Commands()) {
     std::string name = "  " + kv.first;
-    name.resize(18, ' ');
+    name.resize(22, ' ');
     text += name + kv.second.summary + "\n";
   }
   return text;

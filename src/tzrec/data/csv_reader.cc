@@ -211,4 +211,14 @@ bool CsvFileReader::Next(size_t max_rows, RecordBatch* out) {
   return !out->line_numbers.empty();
 }
 
+std::string CsvField(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace tzrec

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tzrec/data/record_batch.h"
@@ -87,5 +88,9 @@ class CsvFileReader {
 // Parses a delimiter setting: exactly one character (escape sequences already decoded by
 // the config parser).
 char ParseCsvDelimiter(const std::string& delimiter);
+
+// `text` as one CSV cell of comma-separated output: quoted (quotes doubled) when it holds a
+// comma, a quote or a line break, as CsvFileReader reads it back.
+std::string CsvField(std::string_view text);
 
 }  // namespace tzrec

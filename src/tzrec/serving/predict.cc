@@ -159,15 +159,6 @@ class PartWriter {
     WriteCsv(header);
   }
 
-  static std::string CsvField(const std::string& text) {
-    if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-    std::string out = "\"";
-    for (char c : text) {
-      if (c == '"') out += '"';
-      out += c;
-    }
-    return out + "\"";
-  }
   static void AppendFloat(float value, std::string* out) {
     char buffer[32];
     const int n = std::snprintf(buffer, sizeof(buffer), "%.9g", value);
