@@ -237,6 +237,78 @@ TEST(DSSM, ATowerBuiltAloneHasOnlyItsFeaturesTablesAndWeights) {
   EXPECT_TZREC_ERROR(BuildModel(tower.get(), nullptr), "trained whole, not as its tower 'user'");
 }
 
+constexpr char kDatConfig[] = R"(
+  data_config { batch_size: 4 label_fields: "clk" SAMPLE_WEIGHT
+    negative_sampler { input_path: "unused" num_sample: 3 attr_fields: ["item_id", "cate"]
+                       item_id_field: "item_id" } }
+  feature_configs { id_feature { feature_name: "user_id" num_buckets: 50 embedding_dim: 6 } }
+  feature_configs { id_feature { feature_name: "item_id" num_buckets: 50 embedding_dim: 6 } }
+  feature_configs { id_feature { feature_name: "cate" num_buckets: 10 embedding_dim: 8 } }
+  model_config {
+    feature_groups { group_name: "user" feature_names: "user_id" group_type: DEEP }
+    feature_groups { group_name: "item" feature_names: ["item_id", "cate"] group_type: DEEP }
+    feature_groups { group_name: "user_augment" feature_names: "user_id" group_type: DEEP }
+    feature_groups { group_name: "item_augment" feature_names: "item_id" group_type: DEEP }
+    dat { user_tower { input: "user" augment_input: "user_augment" mlp { hidden_units: [16] } }
+          item_tower { input: "item" augment_input: "item_augment" mlp { hidden_units: [16] } }
+          output_dim: 6 temperature: 0.5 amm_u_weight: 0.25 amm_i_weight: 2.0 similarity: COSINE }
+    metrics { recall_at_k { top_k: 1 } }
+    losses { softmax_cross_entropy {} }
+  }
+)";
+
+std::string DatConfig(const std::string& sample_weight) {
+  std::string text = kDatConfig;
+  return text.replace(text.find("SAMPLE_WEIGHT"), 13, sample_weight);
+}
+
+// DAT: the towers read their group and augmented vector together; training adds the AMM losses,
+// TorchEasyRec's formula (summed over the batch, or weighted per row), whose gradients reach the
+// augmented vectors but neither tower (the other tower's output is detached); evaluation has
+// only the task loss.
+TEST(DAT, AmmLossesPullTheAugmentedVectorsTowardsTheOtherTower) {
+  for (const bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted);
+    auto pipeline = testing::BuildTestPipeline(DatConfig(weighted ? "sample_weight_fields: \"w\"" : ""));
+    Model& model = *pipeline->model;
+    model.train();
+    Batch batch = SampledBatch();
+    if (weighted) batch.sample_weights["w"] = at::tensor({1.0f, 3.0f});
+    const Predictions predictions = model.Predict(batch);
+    ASSERT_TRUE(predictions.count("user_augment"));
+    const at::Tensor& user_augment = predictions.at("user_augment");
+    const at::Tensor& item_augment = predictions.at("item_augment");
+    ASSERT_EQ(user_augment.sizes(), (std::vector<int64_t>{2, 6}));
+    ASSERT_EQ(item_augment.sizes(), (std::vector<int64_t>{2, 6}));  // the positives' rows only
+    const at::Tensor user = predictions.at("user_tower_emb"), item = predictions.at("item_tower_emb");
+    EXPECT_FALSE(user.requires_grad());
+    NamedLosses losses = model.ComputeLosses(predictions, batch);
+    ASSERT_EQ(losses.size(), 3u);
+    EXPECT_EQ(losses[1].first, "amm_loss_u");
+    EXPECT_EQ(losses[2].first, "amm_loss_i");
+    auto expected = [&](const at::Tensor& augment, const at::Tensor& target, double w) {
+      const at::Tensor n = augment.detach() / augment.detach().norm(2, {1}, true);
+      const at::Tensor rows = ((n - target) * (n - target)).sum({1}) * w;
+      if (!weighted) return rows.sum().item<double>();
+      const at::Tensor sw = at::tensor({1.0f, 3.0f});
+      return ((rows * sw).mean() / sw.mean()).item<double>();
+    };
+    EXPECT_NEAR(losses[1].second.item<double>(), expected(user_augment, item, 0.25), 1e-5);
+    EXPECT_NEAR(losses[2].second.item<double>(), expected(item_augment, user, 2.0), 1e-5);
+    // The AMM loss reaches no tower weight.
+    losses[1].second.backward({}, /*retain_graph=*/true);
+    losses[2].second.backward();
+    for (const auto& p : model.named_parameters()) {
+      EXPECT_TRUE(!p.value().grad().defined() || p.value().grad().abs().sum().item<double>() == 0) << p.key();
+    }
+    model.eval();
+    EXPECT_EQ(model.ComputeLosses(model.Predict(batch), batch).size(), 1u);
+  }
+  std::string narrow = DatConfig("");
+  narrow.replace(narrow.find("output_dim: 6"), 13, "output_dim: 4");
+  EXPECT_TZREC_ERROR(testing::BuildTestPipeline(narrow), "must be as wide as the towers' outputs (4, 4; output_dim)");
+}
+
 TEST(DSSM, ConfigErrors) {
   EXPECT_TZREC_ERROR(testing::BuildTestPipeline(DssmConfig("similarity: EUCLID")),
                      "model_config.dssm.similarity: EUCLID");

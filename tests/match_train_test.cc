@@ -316,6 +316,7 @@ std::string TokenizerEdit() {
 
 TEST(MatchTaobao, DSSMTrainsAboveChance) { TrainsAboveChance("dssm_taobao.config", "negative_sampler"); }
 TEST(MatchTaobao, DSSMV2TrainsAboveChance) { TrainsAboveChance("dssm_v2_taobao.config", "negative_sampler"); }
+TEST(MatchMock, DATTrainsAboveChance) { TrainsAboveChance("dat_mock.config", "negative_sampler"); }
 TEST(MatchMock, DSSMTrainsAboveChance) { TrainsAboveChance("dssm_mock.config", "negative_sampler", "", true); }
 TEST(MatchMock, DSSMWithSamplerV2TrainsAboveChance) {
   TrainsAboveChance("dssm_mock.config", "negative_sampler_v2");

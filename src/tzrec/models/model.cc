@@ -255,6 +255,7 @@ Predictions Model::HeadPredictions(const std::vector<at::Tensor>& outputs) const
 NamedLosses Model::ComputeLosses(const Predictions& predictions, const Batch& batch) const {
   NamedLosses losses;
   for (const auto& head : heads_) head->ComputeLosses(predictions, batch, &losses);
+  AddModelLosses(predictions, batch, &losses);
   return losses;
 }
 

@@ -52,7 +52,8 @@ class Model : public torch::nn::Module {
   // stored form `tables`. Throws ScriptUnsupported for models (or parts) without one.
   virtual void WriteScript(ScriptWriter& w, const StoredTables& tables) const;
 
-  // Every task's losses in task order, named as TorchEasyRec logs them.
+  // Every task's losses in task order, named as TorchEasyRec logs them, then the model's own
+  // (AddModelLosses).
   NamedLosses ComputeLosses(const Predictions& predictions, const Batch& batch) const;
   // What backward runs on: the sum of the losses, or in training with use_pareto_loss_weight
   // their Pareto-efficient weighting (weights from the losses' dense gradients, Lin et al.
@@ -90,6 +91,10 @@ class Model : public torch::nn::Module {
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
 
  protected:
+  // Losses of the model itself beyond its tasks' (DAT's amm_loss_u / amm_loss_i), from
+  // predictions it made (e.g. training-only outputs); they join the total loss.
+  virtual void AddModelLosses(const Predictions& predictions, const Batch& batch, NamedLosses* losses) const {}
+
   // The view of model_config.feature_groups (the common case: one view, shared tables);
   // `only_groups` (not empty) restricts it to those groups, e.g. the groups of the one tower a
   // tower-only model builds.

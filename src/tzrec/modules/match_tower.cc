@@ -8,12 +8,12 @@
 
 namespace tzrec {
 
-MatchTowerImpl::MatchTowerImpl(int64_t in_features, const protos::Tower& config, int output_dim,
+MatchTowerImpl::MatchTowerImpl(int64_t in_features, const protos::MLP* mlp, int output_dim,
                                bool cosine, const std::string& where)
     : cosine_(cosine) {
   output_dim_ = in_features;
-  if (config.has_mlp()) {
-    mlp_ = register_module("mlp", MLP(in_features, config.mlp(), where + ".mlp"));
+  if (mlp) {
+    mlp_ = register_module("mlp", MLP(in_features, *mlp, where + ".mlp"));
     output_dim_ = mlp_->output_dim();
   }
   if (output_dim > 0) {

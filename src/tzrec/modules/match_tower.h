@@ -13,14 +13,15 @@
 #include <string>
 
 #include "tzrec/modules/mlp.h"
-#include "tzrec/protos/tower.pb.h"
+#include "tzrec/protos/module.pb.h"
 #include "tzrec/script/script_writer.h"
 
 namespace tzrec {
 
 class MatchTowerImpl : public torch::nn::Module {
  public:
-  MatchTowerImpl(int64_t in_features, const protos::Tower& config, int output_dim, bool cosine,
+  // `mlp`: the tower's MLP, or null for none.
+  MatchTowerImpl(int64_t in_features, const protos::MLP* mlp, int output_dim, bool cosine,
                  const std::string& where);
   at::Tensor forward(at::Tensor x);
   // Inference forward as TorchScript (script/script_writer.h); returns the output local.
