@@ -13,12 +13,14 @@
 #include <string>
 
 #include "test_util.h"
+#include "export_test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/modules/mlp.h"
 #include "tzrec/serving/exported_model.h"
+#include "tzrec/serving/predict.h"
 #include "tzrec/serving/scripted_model.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/checkpoint.h"
@@ -182,7 +184,18 @@ TEST(ScriptedModel, ModelsWithoutATorchScriptFormExportWithoutOne) {
   EXPECT_FALSE(PathExists(dir.File("export_off/scripted_model.pt")));
   EXPECT_EQ(ReadExportManifest(options.export_dir)["scripted_model_skipped"], "--noscripted_model");
 
-  // DIN (sequence groups and their encoders) has no TorchScript form yet.
+  // DBMTL has no TorchScript form yet: the export says so instead of writing one.
+  auto dbmtl = BuildFeatures(LoadPipelineConfig(testing::ReferenceConfig("dbmtl_taobao.config")), PipelineMode::kPredict);
+  BuildModel(dbmtl.get(), nullptr);
+  const std::string why = WriteScriptedModel(*dbmtl->model, dbmtl->FeaturePointers(), {}, {}, dir.File("dbmtl.pt"));
+  EXPECT_NE(why.find("model_config.dbmtl has no TorchScript form"), std::string::npos) << why;
+  EXPECT_FALSE(PathExists(dir.File("dbmtl.pt")));
+}
+
+// DIN: SEQUENCE groups (steps pooled per step, padded to the longest) and DIN attention in
+// TorchScript give predict's outputs on real rows, in LibTorch and in Python torch.
+TEST(ScriptedModel, DinSequenceGroupsAndAttention) {
+  TempDir dir;
   const std::string din = testing::ReferenceConfig("multi_tower_din_mock.config");
   constexpr char kEdits[] = R"({"data_config.batch_size": 256, "train_config.num_epochs": 1,
       "feature_configs[id_feature.num_buckets>1000].id_feature.num_buckets": 1000})";
@@ -201,13 +214,18 @@ TEST(ScriptedModel, ModelsWithoutATorchScriptFormExportWithoutOne) {
   train.eval_input_path = data.eval_pattern;
   train.edit_config_json = kEdits;
   TrainAndEvaluate(train);
+  ExportOptions options;
   options.pipeline_config_path = dir.File("din_model/pipeline.config");
   options.export_dir = dir.File("export_din");
-  options.write_scripted_model = true;
+  options.quant_from_environment = false;
   ExportModel(options);
-  EXPECT_FALSE(PathExists(dir.File("export_din/scripted_model.pt")));
-  const std::string why = ReadExportManifest(options.export_dir).value("scripted_model_skipped", "");
-  EXPECT_NE(why.find("model_config.multi_tower_din has no TorchScript form"), std::string::npos) << why;
+  ASSERT_TRUE(PathExists(dir.File("export_din/scripted_model.pt")))
+      << ReadExportManifest(options.export_dir).value("scripted_model_skipped", "");
+  PredictOptions predict;
+  predict.scripted_model_path = dir.File("export_din");
+  predict.predict_input_path = data.eval_pattern;
+  const auto expected = testing::RunPredict(predict, dir.File("pred"));
+  EXPECT_LE(testing::CheckScriptedModel(dir.File("export_din"), data.eval_pattern, expected, dir), 1e-5);
 }
 
 }  // namespace

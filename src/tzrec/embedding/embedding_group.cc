@@ -163,6 +163,7 @@ void EmbeddingGroup::AddSequenceGroup(EmbeddingCollection* collection,
                                              where + " feature '" + feature_name + "'", /*sequence=*/true);
       member.lookup = feature->is_sequence() ? collection->AddSequenceLookup(feature, table)
                                              : collection->AddLookup(feature, table);
+      member.table = table_name;
     }
     (feature->is_sequence() ? group.sequence : group.query).push_back(member);
   }
@@ -320,24 +321,39 @@ constexpr char kPoolMethod[] = R"(def _tzrec_pool(self, rows: Tensor, lengths: T
     return pooled
 )";
 
-// The pooled embedding of `feature` in `table_name`, as the fused lookup computes it.
+// Sequence steps padded to [B, T, D] (T: `steps`, or the longest row when negative), as
+// PadJagged does it.
+constexpr char kPadMethod[] = R"(def _tzrec_pad(self, values: Tensor, lengths: Tensor, steps: int) -> Tensor:
+    rows = lengths.size(0)
+    if steps < 0:
+        steps = int(torch.max(lengths)) if rows > 0 else 0
+    starts = torch.cumsum(lengths, 0) - lengths
+    row = torch.repeat_interleave(torch.arange(rows, dtype=4), lengths)
+    position = torch.arange(values.size(0), dtype=4) - torch.repeat_interleave(starts, lengths)
+    padded = torch.zeros([rows * steps, values.size(1)], dtype=6).index_copy(0, row * steps + position, values)
+    return padded.view([rows, steps, values.size(1)])
+)";
+
+// The pooled embedding of `feature` in `table_name`, as the fused lookup computes it; with
+// `steps`, one pooled row per step of a sequence feature (its ids per step: ".key_lengths").
 std::string ScriptPooledLookup(ScriptWriter& w, const Feature* feature, const std::string& table_name,
-                               const StoredTables& tables) {
-  const std::string& f = feature->name();
+                               const StoredTables& tables, bool steps = false) {
+  const std::string f = steps ? feature->name() + ".step" : feature->name();
+  const std::string& input = feature->name();
   return w.Once("pooled:" + table_name + ":" + f, [&]() {
     auto it = tables.find(table_name);
     if (it == tables.end()) ScriptWriter::Unsupported("table '" + table_name + "' was not given");
     const StoredTable& table = it->second;
-    const std::string ids = w.Once("ids:" + f, [&]() {
-      return w.Let(f + "_ids", w.Input(f + ".values") + ".to(4)");
+    const std::string ids = w.Once("ids:" + input, [&]() {
+      return w.Let(input + "_ids", w.Input(input + ".values") + ".to(4)");
     });
     const std::string lengths = w.Once("lengths:" + f, [&]() {
-      return w.Let(f + "_lengths", w.Input(f + ".lengths") + ".to(4)");
+      return w.Let(f + "_lengths", w.Input(input + (steps ? ".key_lengths" : ".lengths")) + ".to(4)");
     });
     std::string weights;
     if (feature->weighted()) {
-      weights = w.Once("weights:" + f, [&]() {
-        return w.Let(f + "_weights", w.Input(f + ".weights") + ".to(6)");
+      weights = w.Once("weights:" + input, [&]() {
+        return w.Let(input + "_weights", w.Input(input + ".weights") + ".to(6)");
       });
     }
     const bool mean = feature->pooling() == "mean";
@@ -380,36 +396,71 @@ std::string ScriptPooledLookup(ScriptWriter& w, const Feature* feature, const st
 
 }  // namespace
 
+namespace {
+
+// One member's input as TorchScript: a pooled lookup, a sequence feature's steps ([S, D]), or
+// a dense feature's values.
+std::string ScriptMember(ScriptWriter& w, const Feature* feature, int lookup, int dim, const std::string& table,
+                         const StoredTables& tables) {
+  // A feature of another data group (an item feature a negative sampler also fills) holds just
+  // the request's rows at inference, where no sampler runs: an input like any other.
+  if (lookup >= 0) return ScriptPooledLookup(w, feature, table, tables, feature->is_sequence());
+  const std::string& f = feature->name();
+  return w.Once("dense:" + f, [&]() {
+    return w.Let(f + "_dense", w.Input(f + ".values") + ".to(6).reshape([-1, " + std::to_string(dim) + "])");
+  });
+}
+
+std::string ScriptConcat(ScriptWriter& w, const std::vector<std::string>& parts, const std::string& hint, int dim) {
+  if (parts.size() == 1) return parts[0];
+  std::string list;
+  for (const std::string& part : parts) list += (list.empty() ? "" : ", ") + part;
+  return w.Let(hint, "torch.cat([" + list + "], " + std::to_string(dim) + ")");
+}
+
+}  // namespace
+
 std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const StoredTables& tables) const {
-  if (!sequence_groups_.empty()) {
-    ScriptWriter::Unsupported("sequence group '" + sequence_groups_.begin()->first +
-                              "' (sequence groups have no TorchScript form yet)");
-  }
   std::map<std::string, std::string> out;
   for (const std::string& name : group_order_) {
-    const std::vector<Member>& members = groups_.at(name);
+    auto members = groups_.find(name);
+    if (members == groups_.end()) continue;  // a SEQUENCE group (below)
     std::vector<std::string> parts;
-    for (const Member& m : members) {
-      const Feature* feature = m.feature;
-      // A feature of another data group (an item feature a negative sampler also fills) holds
-      // just the request's rows at inference, where no sampler runs: an input like any other.
-      if (m.lookup >= 0) {
-        parts.push_back(ScriptPooledLookup(w, feature, m.table, tables));
-      } else {
-        const std::string& f = feature->name();
-        parts.push_back(w.Once("dense:" + f, [&]() {
-          return w.Let(f + "_dense", w.Input(f + ".values") + ".to(6).reshape([-1, " +
-                                         std::to_string(m.dim) + "])");
-        }));
-      }
+    for (const Member& m : members->second) parts.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
+    if (!parts.empty()) out[name] = ScriptConcat(w, parts, name + "_input", 1);
+  }
+  for (const std::string& name : sequence_order_) {
+    const SequenceGroup& group = sequence_groups_.at(name);
+    if (group.jagged) ScriptWriter::Unsupported("JAGGED_SEQUENCE group '" + name + "'");
+    // Steps per row of every sequence feature; the group pads them all to the longest (with
+    // equal lengths, what Forward's concatenate-then-pad gives too).
+    std::vector<std::string> lengths, steps;
+    for (const Member& m : group.sequence) {
+      const std::string& f = m.feature->name();
+      lengths.push_back(w.Once("step_lengths:" + f, [&]() {
+        return w.Let(f + "_step_lengths", w.Input(f + ".lengths") + ".to(4)");
+      }));
+      steps.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
     }
-    if (parts.size() == 1) {
-      out[name] = parts[0];
-      continue;
+    std::string longest = "int(torch.max(" + lengths[0] + "))";
+    if (lengths.size() > 1) {
+      std::string maxima;
+      for (const std::string& l : lengths) maxima += (maxima.empty() ? "" : ", ") + ("torch.max(" + l + ")");
+      longest = "int(torch.max(torch.stack([" + maxima + "])))";
     }
-    std::string list;
-    for (const std::string& part : parts) list += (list.empty() ? "" : ", ") + part;
-    out[name] = w.Let(name + "_input", "torch.cat([" + list + "], 1)");
+    const std::string rows = w.Let(name + "_rows", lengths[0] + ".size(0)");
+    const std::string t = w.Let(name + "_steps", longest + " if " + rows + " > 0 else 0");
+    w.Method("_tzrec_pad", kPadMethod);
+    std::vector<std::string> padded;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      padded.push_back(w.Let(name + "_padded", "self._tzrec_pad(" + steps[i] + ", " + lengths[i] + ", " + t + ")"));
+    }
+    out[name + ".sequence"] = ScriptConcat(w, padded, name + "_sequence", 2);
+    out[name + ".sequence_length"] = lengths[0];
+    std::vector<std::string> query;
+    for (const Member& m : group.query) query.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
+    out[name + ".query"] = query.empty() ? w.Let(name + "_query", "torch.zeros([" + rows + ", 0], dtype=6)")
+                                         : ScriptConcat(w, query, name + "_query", 1);
   }
   return out;
 }

@@ -81,9 +81,9 @@ class EmbeddingGroup {
 
   // {input name: tensor} from one Lookup of the collection (see the top of this file).
   std::map<std::string, at::Tensor> Forward(const LookupOutputs& lookups, const Batch& batch) const;
-  // Forward's DEEP and WIDE groups as TorchScript (script/script_writer.h) over the generated
-  // feature inputs: {group: local}. Tables come from `tables`; views with sequence groups have
-  // no TorchScript form yet (ScriptUnsupported).
+  // Forward as TorchScript (script/script_writer.h) over the generated feature inputs:
+  // {input name: local}, the same names as Forward's. Tables come from `tables`;
+  // JAGGED_SEQUENCE groups have no TorchScript form yet (ScriptUnsupported).
   std::map<std::string, std::string> Script(ScriptWriter& w, const StoredTables& tables) const;
 
  private:

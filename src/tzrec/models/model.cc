@@ -122,10 +122,21 @@ void Model::WriteScript(ScriptWriter&, const StoredTables&) const {
 
 std::map<std::string, std::string> Model::ScriptInput(ScriptWriter& w, const StoredTables& tables) const {
   TZREC_CHECK(!groups_.empty(), "model has no embedding group (InitInput was not called)");
+  std::map<std::string, std::string> inputs = groups_.front()->Script(w, tables);
+  // As BuildInput: a DEEP group's pooled features, then each of its encoders' outputs.
   for (const auto& [group, encoders] : group_encoders_) {
-    if (!encoders.empty()) ScriptWriter::Unsupported("sequence encoders of group '" + group + "'");
+    if (encoders.empty()) continue;
+    std::vector<std::string> parts;
+    auto pooled = inputs.find(group);
+    if (pooled != inputs.end()) parts.push_back(pooled->second);
+    for (size_t e = 0; e < encoders.size(); ++e) {
+      const std::string& in = encoders[e]->input();
+      parts.push_back(encoders[e]->Script(w, inputs.at(in + ".query"), inputs.at(in + ".sequence"),
+                                          inputs.at(in + ".sequence_length"), StrCat(group, "_seq_encoder_", e)));
+    }
+    inputs[group] = parts.size() == 1 ? parts[0] : w.Let(group + "_input", "torch.cat([" + Join(parts, ", ") + "], 1)");
   }
-  return groups_.front()->Script(w, tables);
+  return inputs;
 }
 
 void Model::ScriptHeadPredictions(ScriptWriter& w, const std::vector<std::string>& outputs) const {

@@ -5,6 +5,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/models/group_towers.h"
 #include "tzrec/models/model.h"
 #include "tzrec/modules/mlp.h"
@@ -54,6 +55,19 @@ class MultiTowerDin : public Model {
     }
     at::Tensor joined = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
     return HeadPredictions({output_->forward(final_->forward(joined))});
+  }
+
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    const std::map<std::string, std::string> grouped = ScriptInput(w, tables);
+    std::vector<std::string> parts = towers_->Script(w, grouped);
+    for (size_t t = 0; t < dins_.size(); ++t) {
+      const std::string& g = dins_[t]->input();
+      parts.push_back(dins_[t]->Script(w, grouped.at(g + ".query"), grouped.at(g + ".sequence"),
+                                       grouped.at(g + ".sequence_length"), StrCat("din_tower_", t)));
+    }
+    std::string joined = parts[0];
+    if (parts.size() > 1) joined = w.Let("towers", "torch.cat([" + Join(parts, ", ") + "], 1)");
+    ScriptHeadPredictions(w, {ScriptLinear(w, *output_, final_->Script(w, joined, "final_mlp"), "output_mlp")});
   }
 
  private:

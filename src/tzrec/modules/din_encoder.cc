@@ -51,6 +51,31 @@ class DinEncoder : public SequenceEncoder {
   }
   int64_t output_dim() const override { return dim_; }
 
+  // The reference path (PlainAttentionMlp) as TorchScript.
+  std::string Script(ScriptWriter& w, const std::string& query_in, const std::string& sequence_in,
+                     const std::string& lengths_in, const std::string& name) const override {
+    std::string sequence = sequence_in, lengths = lengths_in;
+    ScriptTruncateSteps(w, max_seq_length_, &sequence, &lengths);
+    const std::string d = std::to_string(dim_);
+    const std::string rows = w.Let(name + "_rows", sequence + ".size(0)");
+    const std::string steps = w.Let(name + "_steps", sequence + ".size(1)");
+    const std::string query = w.Let(name + "_query", "torch.constant_pad_nd(" + query_in + ", [0, " + d + " - " +
+                                                         query_in + ".size(1)], 0.0).unsqueeze(1).expand([" + rows +
+                                                         ", " + steps + ", " + d + "])");
+    const std::string attn_in = w.Let(name + "_attn_in", "torch.cat([" + query + ", " + sequence + ", " + query + " - " +
+                                                             sequence + ", " + query + " * " + sequence + "], 2).reshape([" +
+                                                             rows + " * " + steps + ", 4 * " + d + "])");
+    const std::string hidden = mlp_->Script(w, attn_in, name + "_attn_mlp");
+    const std::string scores = w.Let(name + "_scores", ScriptLinear(w, *linear_, hidden, name + "_attn_linear") +
+                                                           ".view([" + rows + ", " + steps + "])");
+    const std::string mask = w.Let(name + "_mask", "torch.arange(" + steps + ", dtype=4).unsqueeze(0) < " + lengths +
+                                                       ".to(4).unsqueeze(1)");
+    const std::string weights = w.Let(name + "_weights", "torch.softmax(torch.where(" + mask + ", " + scores +
+                                                             ", torch.full_like(" + scores + ", " +
+                                                             ScriptFloat(kPaddingScore) + ")), -1)");
+    return w.Let(name, "torch.bmm(" + weights + ".unsqueeze(1), " + sequence + ").squeeze(1)");
+  }
+
   at::Tensor Encode(const SequenceInputs& raw) override {
     const SequenceInputs in = TruncateSteps(raw, max_seq_length_);
     const int64_t rows = in.sequence.size(0), steps = in.sequence.size(1);

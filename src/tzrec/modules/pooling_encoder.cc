@@ -20,6 +20,14 @@ class PoolingEncoder : public SequenceEncoder {
     if (max_seq_length_ < 0) Fail(where, ".max_seq_length must be >= 0, got ", max_seq_length_);
   }
   int64_t output_dim() const override { return dim_; }
+  std::string Script(ScriptWriter& w, const std::string& query, const std::string& sequence_in,
+                     const std::string& lengths_in, const std::string& name) const override {
+    std::string sequence = sequence_in, lengths = lengths_in;
+    ScriptTruncateSteps(w, max_seq_length_, &sequence, &lengths);
+    const std::string sum = w.Let(name + "_sum", "torch.sum(" + sequence + ", [1])");
+    if (!mean_) return sum;
+    return w.Let(name + "_mean", sum + " / torch.clamp(" + lengths + ", min=1).to(6).unsqueeze(1)");
+  }
   at::Tensor Encode(const SequenceInputs& raw) override {
     const SequenceInputs in = TruncateSteps(raw, max_seq_length_);
     at::Tensor sum = at::sum(in.sequence, 1);

@@ -89,4 +89,16 @@ void CheckQueryDim(int64_t query_dim, int64_t sequence_dim, const std::string& w
   }
 }
 
+std::string SequenceEncoder::Script(ScriptWriter&, const std::string&, const std::string&, const std::string&,
+                                    const std::string&) const {
+  ScriptWriter::Unsupported("sequence encoder of '" + input_ + "' has no TorchScript form yet");
+}
+
+void ScriptTruncateSteps(ScriptWriter& w, int64_t max_seq_length, std::string* sequence, std::string* lengths) {
+  if (max_seq_length <= 0) return;
+  const std::string limit = std::to_string(max_seq_length);
+  *sequence = w.Let("truncated", *sequence + "[:, :" + limit + "]");
+  *lengths = w.Let("truncated_lengths", "torch.clamp(" + *lengths + ", max=" + limit + ")");
+}
+
 }  // namespace tzrec

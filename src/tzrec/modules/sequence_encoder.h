@@ -23,6 +23,7 @@
 
 #include "tzrec/common/registry.h"
 #include "tzrec/protos/seq_encoder.pb.h"
+#include "tzrec/script/script_writer.h"
 
 namespace tzrec {
 
@@ -39,6 +40,11 @@ class SequenceEncoder : public torch::nn::Module {
   const std::string& input() const { return input_; }
   virtual int64_t output_dim() const = 0;
   virtual at::Tensor Encode(const SequenceInputs& inputs) = 0;
+  // Encode's inference form as TorchScript over the locals of the group's query [B, Dq],
+  // sequence [B, T, Ds] and int64 lengths [B]; returns the output local. Encoders without one
+  // throw ScriptUnsupported.
+  virtual std::string Script(ScriptWriter& w, const std::string& query, const std::string& sequence,
+                             const std::string& lengths, const std::string& name) const;
 
  private:
   std::string input_;
@@ -78,5 +84,8 @@ at::Tensor MaskedSoftmax(const at::Tensor& scores, const at::Tensor& mask);
 // [B, Dq] zero-padded on the right to `dim` columns (Dq > dim fails naming `where`).
 at::Tensor PadQuery(const at::Tensor& query, int64_t dim);
 void CheckQueryDim(int64_t query_dim, int64_t sequence_dim, const std::string& where);
+// TruncateSteps as TorchScript: rebinds `sequence` and `lengths` to the first `max_seq_length`
+// steps (> 0; otherwise leaves them).
+void ScriptTruncateSteps(ScriptWriter& w, int64_t max_seq_length, std::string* sequence, std::string* lengths);
 
 }  // namespace tzrec
