@@ -4,11 +4,13 @@
 // file and line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "test_util.h"
 #include "tzrec/config/pipeline_config.h"
+#include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/input/dataset.h"
 #include "tzrec/input/sampler.h"
@@ -256,6 +258,66 @@ TEST(NegativeSampler, BadTablesNameFileAndLine) {
   config.set_pos_edge_input_path(dir.File("badedge.txt"));
   config.set_num_sample(4);
   EXPECT_TZREC_ERROR(Make("negative_sampler_v2", config), "badedge.txt:3: item 5 is not in the item table");
+}
+
+// Parquet tables (TorchEasyRec's tables exported from MaxCompute as Parquet) read as their
+// text twins: the same ids, weights, attributes and edges.
+TEST(NegativeSampler, ParquetTablesReadAsTheirTextTwins) {
+  TempDir dir;
+  WriteFile(dir.File("items.txt"), "id:int64\tweight:float\tattrs:string\n7\t0.5\ta\x02" "1\n9\t2\tb\x02" "2\n");
+  WriteFile(dir.File("edges.txt"), "userid:int64\titemid:int64\tweight:float\n1\t9\t1\n1\t7\t1\n");
+  auto column = [](const std::string& name, ColumnType type) {
+    ParquetColumn c;
+    c.name = c.values.name = name;
+    c.values.type = type;
+    return c;
+  };
+  {
+    ParquetFileWriter writer(dir.File("items.parquet"), {ParquetFieldSpec::Plain("id", ParquetType::kInt64),
+                                                         ParquetFieldSpec::Plain("weight", ParquetType::kDouble),
+                                                         ParquetFieldSpec::Plain("attrs", ParquetType::kString)});
+    ParquetColumn id = column("id", ColumnType::kInt64), weight = column("weight", ColumnType::kDouble),
+                  attrs = column("attrs", ColumnType::kString);
+    id.values.ints = {7, 9};
+    id.values.valid = {1, 1};
+    weight.values.doubles = {0.5, 2};
+    weight.values.valid = {1, 1};
+    attrs.values.AppendString("a\x02" "1", true);
+    attrs.values.AppendString("b\x02" "2", true);
+    writer.Write({id, weight, attrs});
+    writer.Close();
+  }
+  {
+    ParquetFileWriter writer(dir.File("edges.parquet"), {ParquetFieldSpec::Plain("userid", ParquetType::kInt64),
+                                                         ParquetFieldSpec::Plain("itemid", ParquetType::kInt64),
+                                                         ParquetFieldSpec::Plain("weight", ParquetType::kDouble)});
+    ParquetColumn user = column("userid", ColumnType::kInt64), item = column("itemid", ColumnType::kInt64),
+                  weight = column("weight", ColumnType::kDouble);
+    user.values.ints = {1, 1};
+    item.values.ints = {9, 7};
+    weight.values.doubles = {1, 1};
+    user.values.valid = item.values.valid = weight.values.valid = {1, 1};
+    writer.Write({user, item, weight});
+    writer.Close();
+  }
+  const SamplerItemTable text(dir.File("items.txt"), "", "\x02", 2, "test");
+  const SamplerItemTable parquet(dir.File("items.parquet"), "", "\x02", 2, "test");
+  ASSERT_EQ(parquet.size(), text.size());
+  for (uint32_t i = 0; i < text.size(); ++i) {
+    EXPECT_EQ(parquet.id(i), text.id(i));
+    EXPECT_EQ(parquet.weight(i), text.weight(i));
+    EXPECT_EQ(parquet.Attr(i, 0), text.Attr(i, 0));
+    EXPECT_EQ(parquet.Attr(i, 1), text.Attr(i, 1));
+  }
+  const SamplerEdgeTable text_edges(dir.File("edges.txt"), "", text, {}, "test");
+  const SamplerEdgeTable parquet_edges(dir.File("edges.parquet"), "", parquet, {}, "test");
+  size_t a = 0, b = 0;
+  const uint32_t* x = text_edges.Begin(1, &a);
+  const uint32_t* y = parquet_edges.Begin(1, &b);
+  ASSERT_EQ(a, 2u);
+  ASSERT_EQ(b, a);
+  EXPECT_TRUE(std::equal(x, x + a, y));
+  EXPECT_TRUE(parquet_edges.Has(1, static_cast<uint32_t>(parquet.Find(7))));
 }
 
 TEST(NegativeSampler, DatasetAppendsSampledItemsAfterTheBatch) {

@@ -87,19 +87,11 @@ class PartFile {
   std::unique_ptr<ParquetFileWriter> parquet_writer_;
 };
 
-ParquetColumn StringColumn(const std::string& name) {
+ParquetColumn OutputColumn(const std::string& name, ColumnType type) {
   ParquetColumn column;
   column.name = name;
   column.values.name = name;
-  column.values.type = ColumnType::kString;
-  return column;
-}
-
-ParquetColumn DoubleColumn(const std::string& name) {
-  ParquetColumn column;
-  column.name = name;
-  column.values.name = name;
-  column.values.type = ColumnType::kDouble;
+  column.values.type = type;
   return column;
 }
 
@@ -166,8 +158,9 @@ class DetailsWriter {
   }
   void Reset() {
     pending_ = 0;
-    columns_ = {StringColumn("id"), StringColumn("topk_ids"), DoubleColumn("topk_dists"), DoubleColumn("hitrate"),
-                StringColumn("hit_ids")};
+    columns_ = {OutputColumn("id", ColumnType::kString), OutputColumn("topk_ids", ColumnType::kString),
+                OutputColumn("topk_dists", ColumnType::kDouble), OutputColumn("hitrate", ColumnType::kDouble),
+                OutputColumn("hit_ids", ColumnType::kString)};
     columns_[1].lists.resize(2);
     columns_[2].lists.resize(2);
     columns_[4].lists.resize(1);
@@ -332,7 +325,7 @@ HitrateResult ComputeHitrate(const HitrateOptions& options) {
   if (!options.total_hitrate_output.empty()) {
     PartFile total(options.total_hitrate_output, parquet, {ParquetFieldSpec::Plain("hitrate", ParquetType::kDouble)});
     if (parquet) {
-      ParquetColumn column = DoubleColumn("hitrate");
+      ParquetColumn column = OutputColumn("hitrate", ColumnType::kDouble);
       column.values.doubles.push_back(result.hitrate);
       column.values.valid.push_back(1);
       total.WriteParquet({column});
