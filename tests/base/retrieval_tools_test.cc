@@ -305,6 +305,37 @@ TEST(Hitrate, EqualsBruteForceForOneAndSeveralInterests) {
   }
 }
 
+// The commands with TorchEasyRec's flags write what the functions compute.
+TEST(Hitrate, CommandsTakeTorchEasyRecsFlags) {
+  TempDir dir;
+  const EmbeddingRows items = RandomTable(60, 4, 11);
+  std::string item_csv = "item_id,item_tower_emb\n";
+  for (size_t r = 0; r < items.ids.size(); ++r) {
+    item_csv += items.ids[r] + ",\"" + Cells(std::vector<float>(items.values.begin() + r * 4, items.values.begin() + (r + 1) * 4)) + "\"\n";
+  }
+  WriteFile(dir.File("items.csv"), item_csv);
+  WriteFile(dir.File("users.csv"), "request_id,gt_items,user_tower_emb\nu1,\"item1,item2\",\"1,0,0,0\"\nu2,item3,\"0,1,0,0\"\n");
+  EXPECT_EQ(CreateFaissIndexMain({"--embedding_input_path=" + dir.File("items.csv"), "--index_output_dir",
+                                  dir.File("index"), "--index_type=HNSWFlatIP", "--id_field=item_id",
+                                  "--embedding_field=item_tower_emb", "--hnsw_M=8"}),
+            0);
+  const FaissIndex index = FaissIndex::Read(dir.File("index"));
+  EXPECT_EQ(index.size(), 60);
+  EXPECT_TRUE(index.inner_product());
+  EXPECT_EQ(HitrateMain({"--user_gt_input=" + dir.File("users.csv"), "--item_embedding_input=" + dir.File("items.csv"),
+                         "--total_hitrate_output=" + dir.File("total"), "--top_k=10", "--ivf_nlist=6",
+                         "--ivf_nprobe=6"}),
+            0);
+  HitrateOptions options;
+  options.user_gt_input = dir.File("users.csv");
+  options.item_embedding_input = dir.File("items.csv");
+  options.top_k = 10;
+  options.ivf_nlist = options.ivf_nprobe = 6;
+  double total = 0;
+  ASSERT_TRUE(ParseDouble(Trim(Split(ReadFileToString(dir.File("total/part-0.csv")), "\n")[1]), &total));
+  EXPECT_DOUBLE_EQ(total, ComputeHitrate(options).hitrate);
+}
+
 TEST(Hitrate, ParquetOutputsAndBadInputs) {
   TempDir dir;
   const EmbeddingRows items = RandomTable(50, 4, 9);
