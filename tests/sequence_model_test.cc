@@ -9,6 +9,7 @@
 #include "tzrec/embedding/embedding_group.h"
 #include "tzrec/modules/mlp.h"
 #include "tzrec/modules/sequence_encoder.h"
+#include "tzrec/serving/scripted_model.h"
 
 namespace tzrec {
 namespace {
@@ -385,6 +386,56 @@ model_config {
     const auto& tables = pipeline->model->embedding_collection().tables();
     for (size_t t = 0; t < tables.size(); ++t) {
       EXPECT_FALSE(torch::equal(tables[t]->weight(), tables_before[t])) << tables[t]->name();
+    }
+  }
+}
+
+// scripted_model.pt of sequence groups: SEQUENCE groups and nested ones, steps with several
+// ids and empty rows, each encoder with a TorchScript form, equal the model's eval outputs.
+TEST(SequenceModels, ScriptedSequenceGroupsEqualTheModel) {
+  const std::string group = R"(feature_groups { group_name: "deep" feature_names: ["user", "item"] group_type: DEEP
+    sequence_groups { group_name: "seq" feature_names: ["item", "cate", "price", "click__item", "click__cate", "click__price"] }
+    sequence_encoders { ENCODER } })";
+  const std::vector<std::string> encoders = {
+      R"(pooling_encoder { input: "seq" pooling_type: "mean" max_seq_length: 2 })",
+      R"(pooling_encoder { input: "seq" pooling_type: "sum" })",
+      R"(simple_attention { input: "seq" })",
+      R"(din_encoder { input: "seq" attn_mlp { hidden_units: [4] activation: "Dice" use_bn: true } max_seq_length: 2 })",
+      R"(multi_window_din_encoder { input: "seq" attn_mlp { hidden_units: [4] } windows_len: [1, 2] })"};
+  std::vector<std::string> configs;
+  for (const std::string& encoder : encoders) {
+    std::string g = group;
+    g.replace(g.find("ENCODER"), 7, encoder);
+    configs.push_back(std::string(kFeatures) + "model_config { " + g +
+                      R"( multi_tower { towers { input: "deep" mlp { hidden_units: [6] } } final { hidden_units: [3] } }
+                          metrics { auc {} } losses { binary_cross_entropy {} } })");
+  }
+  configs.push_back(std::string(kFeatures) + R"(model_config {
+    feature_groups { group_name: "deep" feature_names: ["user", "item"] group_type: DEEP }
+    feature_groups { group_name: "seq" group_type: SEQUENCE
+      feature_names: ["item", "cate", "price", "click__item", "click__cate", "click__price"] }
+    multi_tower_din { towers { input: "deep" mlp { hidden_units: [4] } } din_towers { input: "seq" attn_mlp { hidden_units: [3] } }
+                      final { hidden_units: [2] } }
+    metrics { auc {} } losses { binary_cross_entropy {} } })");
+  for (const std::string& config : configs) {
+    SCOPED_TRACE(config.substr(config.find("model_config")));
+    torch::manual_seed(3);
+    auto pipeline = BuildTestPipeline(config, /*training=*/false);
+    Model& model = *pipeline->model;
+    model.eval();
+    StoredTables tables;
+    for (const EmbeddingTable* t : model.embedding_collection().tables()) {
+      tables[t->name()] = {t->stored().detach().clone(), TableDtype::kFP32, t->dim()};
+    }
+    torch::NoGradGuard no_grad;
+    torch::jit::Module module = BuildScriptedModule(model, tables);
+    const Batch batch = MakeBatch(Rows(), 4);
+    const Predictions expected = model.Predict(batch);
+    const auto got = RunScriptedModule(module, ScriptedInputs(batch, pipeline->FeaturePointers()));
+    ASSERT_EQ(got.size(), expected.size());
+    for (const auto& [name, tensor] : expected) {
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_TRUE(torch::allclose(got.at(name), tensor, 1e-5, 1e-6)) << name << got.at(name) << tensor;
     }
   }
 }

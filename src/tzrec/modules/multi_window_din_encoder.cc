@@ -10,6 +10,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/modules/mlp.h"
 #include "tzrec/modules/sequence_encoder.h"
 
@@ -34,6 +35,40 @@ class MultiWindowDinEncoder : public SequenceEncoder {
     active_ = register_module("active", torch::nn::PReLU());
   }
   int64_t output_dim() const override { return dim_ * static_cast<int64_t>(windows_.size() + 1); }
+
+  std::string Script(ScriptWriter& w, const std::string& query_in, const std::string& sequence,
+                     const std::string& lengths_in, const std::string& name) const override {
+    const std::string d = std::to_string(dim_), total = std::to_string(total_);
+    const std::string rows = w.Let(name + "_rows", sequence + ".size(0)");
+    const std::string steps = w.Let(name + "_steps", sequence + ".size(1)");
+    const std::string lengths = w.Let(name + "_lengths", lengths_in + ".to(4)");
+    const std::string query = w.Let(name + "_query", "torch.constant_pad_nd(" + query_in + ", [0, " + d + " - " +
+                                                         query_in + ".size(1)], 0.0)");
+    const std::string expanded = w.Let(name + "_expanded", query + ".unsqueeze(1).expand([" + rows + ", " + steps + ", " + d + "])");
+    const std::string attn_in = w.Let(name + "_attn_in", "torch.cat([" + sequence + ", " + expanded + " * " + sequence +
+                                                             ", " + expanded + "], 2).reshape([" + rows + " * " + steps +
+                                                             ", 3 * " + d + "])");
+    const std::string linear = ScriptLinear(w, *linear_, mlp_->Script(w, attn_in, name + "_attn_mlp"), name + "_attn_linear");
+    const std::string weights = w.Let(name + "_weights", "torch.prelu(" + linear + ", " +
+                                                             w.Tensor(name + "_prelu_weight", active_->weight) + ").view([" +
+                                                             rows + ", " + steps + ", 1])");
+    const std::string mask = w.Let(name + "_mask", "(torch.arange(" + steps + ", dtype=4).unsqueeze(0) < " + lengths +
+                                                       ".unsqueeze(1)).unsqueeze(2).to(6)");
+    std::string weighted = w.Let(name + "_weighted", weights + " * " + mask + " * " + sequence);
+    // Steps padded or cut to the windows' total, as Encode does.
+    weighted = w.Let(name + "_windowed", "torch.constant_pad_nd(" + weighted + ", [0, 0, 0, " + total + " - " + steps +
+                                             "], 0.0) if " + steps + " < " + total + " else " + weighted + "[:, :" +
+                                             total + "]");
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < windows_.size(); ++i) {
+      const std::string begin = std::to_string(window_begin_[i]), width = std::to_string(windows_[i]);
+      const std::string sum = w.Let(name + "_sum", "torch.sum(" + weighted + "[:, " + begin + ":" + begin + " + " + width + "], [1])");
+      parts.push_back(w.Let(name + "_window", sum + " / torch.clamp(" + lengths + " - " + begin + ", " + "min=1, max=" +
+                                                  width + ").to(6).unsqueeze(1)"));
+    }
+    parts.push_back(query);
+    return w.Let(name, "torch.cat([" + Join(parts, ", ") + "], 1)");
+  }
 
   at::Tensor Encode(const SequenceInputs& in) override {
     const int64_t rows = in.sequence.size(0), steps = in.sequence.size(1);

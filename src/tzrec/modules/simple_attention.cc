@@ -20,6 +20,18 @@ class SimpleAttention : public SequenceEncoder {
     if (max_seq_length_ < 0) Fail(where, ".max_seq_length must be >= 0, got ", max_seq_length_);
   }
   int64_t output_dim() const override { return dim_; }
+  std::string Script(ScriptWriter& w, const std::string& query, const std::string& sequence_in,
+                     const std::string& lengths_in, const std::string& name) const override {
+    std::string sequence = sequence_in, lengths = lengths_in;
+    ScriptTruncateSteps(w, max_seq_length_, &sequence, &lengths);
+    const std::string scores = w.Let(name + "_scores", "torch.bmm(" + sequence + ", " + query + ".unsqueeze(2)).squeeze(2)");
+    const std::string mask = w.Let(name + "_mask", "torch.arange(" + sequence + ".size(1), dtype=4).unsqueeze(0) < " +
+                                                       lengths + ".to(4).unsqueeze(1)");
+    const std::string weights = w.Let(name + "_weights", "torch.softmax(torch.where(" + mask + ", " + scores +
+                                                             ", torch.full_like(" + scores + ", " +
+                                                             ScriptFloat(kPaddingScore) + ")), -1)");
+    return w.Let(name, "torch.bmm(" + weights + ".unsqueeze(1), " + sequence + ").squeeze(1)");
+  }
   at::Tensor Encode(const SequenceInputs& raw) override {
     const SequenceInputs in = TruncateSteps(raw, max_seq_length_);
     at::Tensor scores = at::bmm(in.sequence, in.query.unsqueeze(2)).squeeze(2);  // [B, T]

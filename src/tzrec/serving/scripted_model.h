@@ -5,9 +5,10 @@
 // script/script_writer.h): aten operators only, tables in their exported (maybe quantised)
 // form, `forward(data: Dict[str, Tensor], device: str = "cpu") -> Dict[str, Tensor]` over the
 // generated features in TorchEasyRec's names (<feature>.values int64 [N] / float [B, dim],
-// <feature>.lengths int64 [B], <feature>.weights float [N]) returning the predictions under
-// the names Predict gives them. FG runs outside the module, as in TorchEasyRec. Models
-// without a TorchScript form (sequence groups, for now) get none; the manifest says why.
+// <feature>.lengths int64 [B], <feature>.weights float [N]; sequence features: .lengths steps
+// per row and .key_lengths ids per step) returning the predictions under the names Predict
+// gives them. FG runs outside the module, as in TorchEasyRec. Models (or parts, e.g. some
+// sequence encoders) without a TorchScript form get none; the manifest says why.
 //
 // Thread-safety: the functions are reentrant; a loaded module runs on any thread.
 #pragma once
