@@ -205,16 +205,21 @@ std::string Cells(const std::vector<float>& values) {
   return text;
 }
 
+// `items` as predict writes an item tower's output: item_id, then the embedding as one cell.
+void WriteItemCsv(const std::string& path, const EmbeddingRows& items) {
+  std::string csv = "item_id,item_tower_emb\n";
+  for (size_t r = 0; r < items.ids.size(); ++r) {
+    const auto row = items.values.begin() + static_cast<int64_t>(r) * items.dim;
+    csv += items.ids[r] + ",\"" + Cells(std::vector<float>(row, row + items.dim)) + "\"\n";
+  }
+  WriteFile(path, csv);
+}
+
 TEST(Hitrate, EqualsBruteForceForOneAndSeveralInterests) {
   TempDir dir;
   const int64_t dim = 8, k = 20;
   const EmbeddingRows items = RandomTable(400, dim, 3);
-  std::string item_csv = "item_id,item_tower_emb\n";
-  for (size_t r = 0; r < items.ids.size(); ++r) {
-    item_csv += items.ids[r] + ",\"" +
-                Cells(std::vector<float>(items.values.begin() + r * dim, items.values.begin() + (r + 1) * dim)) + "\"\n";
-  }
-  WriteFile(dir.File("items.csv"), item_csv);
+  WriteItemCsv(dir.File("items.csv"), items);
   // The CSV text rounds the item embeddings: the reference reads them back the same way.
   const EmbeddingRows read_items = ReadEmbeddingTable(dir.File("items.csv"), "item_id", "item_tower_emb", "", 64);
 
@@ -309,11 +314,7 @@ TEST(Hitrate, EqualsBruteForceForOneAndSeveralInterests) {
 TEST(Hitrate, CommandsTakeTorchEasyRecsFlags) {
   TempDir dir;
   const EmbeddingRows items = RandomTable(60, 4, 11);
-  std::string item_csv = "item_id,item_tower_emb\n";
-  for (size_t r = 0; r < items.ids.size(); ++r) {
-    item_csv += items.ids[r] + ",\"" + Cells(std::vector<float>(items.values.begin() + r * 4, items.values.begin() + (r + 1) * 4)) + "\"\n";
-  }
-  WriteFile(dir.File("items.csv"), item_csv);
+  WriteItemCsv(dir.File("items.csv"), items);
   WriteFile(dir.File("users.csv"), "request_id,gt_items,user_tower_emb\nu1,\"item1,item2\",\"1,0,0,0\"\nu2,item3,\"0,1,0,0\"\n");
   EXPECT_EQ(CreateFaissIndexMain({"--embedding_input_path=" + dir.File("items.csv"), "--index_output_dir",
                                   dir.File("index"), "--index_type=HNSWFlatIP", "--id_field=item_id",
@@ -339,11 +340,7 @@ TEST(Hitrate, CommandsTakeTorchEasyRecsFlags) {
 TEST(Hitrate, ParquetOutputsAndBadInputs) {
   TempDir dir;
   const EmbeddingRows items = RandomTable(50, 4, 9);
-  std::string item_csv = "item_id,item_tower_emb\n";
-  for (size_t r = 0; r < items.ids.size(); ++r) {
-    item_csv += items.ids[r] + ",\"" + Cells(std::vector<float>(items.values.begin() + r * 4, items.values.begin() + (r + 1) * 4)) + "\"\n";
-  }
-  WriteFile(dir.File("items.csv"), item_csv);
+  WriteItemCsv(dir.File("items.csv"), items);
   WriteFile(dir.File("users.csv"), "request_id,gt_items,user_tower_emb\nu1,\"item1,item2\",\"1,0,0,0\"\nu2,item3,\"0,1,0,0\"\n");
   HitrateOptions options;
   options.user_gt_input = dir.File("users.csv");

@@ -192,10 +192,9 @@ HitrateResult ComputeHitrate(const HitrateOptions& options) {
   }
   std::string writer_type = options.writer_type;
   if (writer_type.empty()) {
-    const bool parquet_input = options.reader_type.empty()
-                                   ? !ExpandInputPaths(options.user_gt_input).empty() &&
-                                         EndsWith(ExpandInputPaths(options.user_gt_input).front(), ".parquet")
-                                   : options.reader_type == "ParquetReader";
+    const std::vector<std::string> files = ExpandInputPaths(options.user_gt_input);
+    const bool parquet_input = options.reader_type.empty() ? !files.empty() && EndsWith(files.front(), ".parquet")
+                                                           : options.reader_type == "ParquetReader";
     writer_type = parquet_input ? "ParquetWriter" : "CsvWriter";
   }
   if (writer_type != "CsvWriter" && writer_type != "ParquetWriter") {
