@@ -51,7 +51,9 @@ std::map<std::string, std::vector<double>> ReadCsvColumns(const std::string& pat
     std::vector<std::string> values = CsvCells(line);
     EXPECT_EQ(values.size(), names.size()) << line;
     for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
-      for (const std::string& item : Split(values[i], ",")) {
+      std::string cell = values[i];
+      std::replace(cell.begin(), cell.end(), ';', ',');  // multi-interest embeddings: "a,b;c,d"
+      for (const std::string& item : Split(cell, ",")) {
         double v = 0;
         EXPECT_TRUE(ParseDouble(item, &v)) << values[i];
         columns[names[i]].push_back(v);

@@ -199,7 +199,7 @@ TEST(DSSM, ATowerBuiltAloneHasOnlyItsFeaturesTablesAndWeights) {
   Model& alone = *tower->model;
   EXPECT_TRUE(alone.tower_only());
   EXPECT_TRUE(alone.is_match_model());
-  EXPECT_EQ(alone.OutputWidths(), (std::map<std::string, int64_t>{{"user_tower_emb", 6}}));
+  EXPECT_EQ(alone.OutputShapes(), (std::map<std::string, std::vector<int64_t>>{{"user_tower_emb", {6}}}));
   int params = 0;
   for (const auto& p : alone.named_parameters()) {
     EXPECT_EQ(p.key().rfind("user_tower.", 0), 0u) << p.key();

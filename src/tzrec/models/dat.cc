@@ -43,10 +43,10 @@ class DAT : public TwoTowerModel {
     if (!tower().empty()) return;  // one tower alone: no losses
     const int64_t user_augment = InputDim(spec().user.groups[1]);
     const int64_t item_augment = InputDim(spec().item.groups[1]);
-    if (user_augment != TowerOutputDim("item") || item_augment != TowerOutputDim("user")) {
+    if (user_augment != TowerOutputShape("item")[0] || item_augment != TowerOutputShape("user")[0]) {
       Fail("model_config.dat: the augmented vectors mimic the other tower's output, so the groups '",
            spec().user.groups[1], "' (", user_augment, " wide) and '", spec().item.groups[1], "' (", item_augment,
-           " wide) must be as wide as the towers' outputs (", TowerOutputDim("item"), ", ", TowerOutputDim("user"),
+           " wide) must be as wide as the towers' outputs (", TowerOutputShape("item")[0], ", ", TowerOutputShape("user")[0],
            "; output_dim)");
     }
   }

@@ -188,17 +188,17 @@ void Model::SetTower(const std::string& tower) {
   tower_ = tower;
 }
 
-int64_t Model::TowerOutputDim(const std::string& tower) const {
+std::vector<int64_t> Model::TowerOutputShape(const std::string& tower) const {
   Fail("model has no tower '", tower, "'");
 }
 
-std::map<std::string, int64_t> Model::OutputWidths() const {
-  if (!tower_.empty()) return {{tower_ + "_tower_emb", TowerOutputDim(tower_)}};
+std::map<std::string, std::vector<int64_t>> Model::OutputShapes() const {
+  if (!tower_.empty()) return {{tower_ + "_tower_emb", TowerOutputShape(tower_)}};
   Predictions probe;
   for (const auto& head : heads_) head->AddPredictions(at::zeros({1, head->num_class()}), &probe);
-  std::map<std::string, int64_t> widths;
-  for (const auto& [name, tensor] : probe) widths[name] = tensor.dim() > 1 ? tensor.size(1) : 0;
-  return widths;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, tensor] : probe) shapes[name] = tensor.sizes().slice(1).vec();
+  return shapes;
 }
 
 TaskHead& Model::AddRankHead() { return AddModelHead(TaskSpec::Match::kNone); }

@@ -85,9 +85,9 @@ class Model : public torch::nn::Module {
   const std::string& tower() const { return tower_; }
   // Built as one tower alone (ModelContext::tower).
   bool tower_only() const { return !built_tower_.empty(); }
-  // What Predict returns in inference, before any data is seen: name -> width (0 for [B]
-  // outputs, else the size of dimension 1), sorted by name.
-  std::map<std::string, int64_t> OutputWidths() const;
+  // What Predict returns in inference, before any data is seen: name -> the output's dims after
+  // the batch dimension ({} for [B], {D} for [B, D], {K, D} for MIND's interests), by name.
+  std::map<std::string, std::vector<int64_t>> OutputShapes() const;
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
 
  protected:
@@ -99,8 +99,9 @@ class Model : public torch::nn::Module {
   // `only_groups` (not empty) restricts it to those groups, e.g. the groups of the one tower a
   // tower-only model builds.
   EmbeddingGroup& InitInput(int wide_embedding_dim = 4, const std::vector<std::string>& only_groups = {});
-  // Width of tower `tower`'s embedding ("<tower>_tower_emb"); retrieval models override it.
-  virtual int64_t TowerOutputDim(const std::string& tower) const;
+  // Dims after the batch of tower `tower`'s embedding ("<tower>_tower_emb"): {D}, or {K, D} for
+  // a user tower with K interests; retrieval models override it.
+  virtual std::vector<int64_t> TowerOutputShape(const std::string& tower) const;
   EmbeddingGroup& embedding_group() { return *groups_.front(); }
   // A further view with its own options (e.g. per-tower tables).
   EmbeddingGroup& AddEmbeddingGroup(

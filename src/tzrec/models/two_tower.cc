@@ -35,7 +35,7 @@ TwoTowerModel::TwoTowerModel(const ModelContext& context, TwoTowerSpec spec) : M
   for (const char* name : {"user", "item"}) {
     if (!built.empty() && built != name) continue;
     const TwoTowerSpec::Tower& t = std::string(name) == "user" ? spec_.user : spec_.item;
-    for (size_t g = 0; g < t.groups.size(); ++g) {
+    for (size_t g = 0; g < t.groups.size() && !t.custom; ++g) {
       if (!embedding_group().HasGroup(t.groups[g])) {
         Fail(where, ".", name, "_tower.", g == 0 ? "input" : "augment_input", ": '", t.groups[g],
              "' is not a DEEP feature group of model_config.feature_groups");
@@ -49,11 +49,11 @@ TwoTowerModel::TwoTowerModel(const ModelContext& context, TwoTowerSpec spec) : M
     for (const std::string& group : t.groups) dim += InputDim(group);
     return dim;
   };
-  if (built != "item") {
+  if (built != "item" && !spec_.user.custom) {
     user_tower_ = register_module("user_tower", MatchTower(input_dim(spec_.user), spec_.user.mlp, spec_.output_dim,
                                                           cosine, where + ".user_tower"));
   }
-  if (built != "user") {
+  if (built != "user" && !spec_.item.custom) {
     item_tower_ = register_module("item_tower", MatchTower(input_dim(spec_.item), spec_.item.mlp, spec_.output_dim,
                                                           cosine, where + ".item_tower"));
   }
@@ -64,10 +64,16 @@ std::vector<const Feature*> TwoTowerModel::TowerFeatures(const std::string& towe
   return GroupFeatures(tower == "user" ? spec_.user.groups : spec_.item.groups);
 }
 
-int64_t TwoTowerModel::TowerOutputDim(const std::string& tower) const {
+std::vector<int64_t> TwoTowerModel::TowerOutputShape(const std::string& tower) const {
   const MatchTower& module = tower == "user" ? user_tower_ : item_tower_;
-  if ((tower != "user" && tower != "item") || !module) Model::TowerOutputDim(tower);
-  return module->output_dim();
+  if ((tower != "user" && tower != "item") || !module) Model::TowerOutputShape(tower);
+  return {module->output_dim()};
+}
+
+at::Tensor TwoTowerModel::TowerEmbedding(const std::string& tower, const std::map<std::string, at::Tensor>& inputs) {
+  const bool user = tower == "user";
+  TZREC_CHECK(user ? !spec_.user.custom : !spec_.item.custom, "a custom tower must override TowerEmbedding");
+  return user ? user_tower_->forward(TowerInput(inputs, spec_.user)) : item_tower_->forward(TowerInput(inputs, spec_.item));
 }
 
 at::Tensor TwoTowerModel::TowerInput(const std::map<std::string, at::Tensor>& inputs,
@@ -81,15 +87,12 @@ at::Tensor TwoTowerModel::TowerInput(const std::map<std::string, at::Tensor>& in
 Predictions TwoTowerModel::Predict(const Batch& batch) {
   if (!tower().empty()) {
     // One tower alone: the other tower's features read as empty, only this one runs.
-    const bool user = tower() == "user";
     std::map<std::string, at::Tensor> inputs = BuildInput(WithEmptyFeatures(batch, features()));
-    at::Tensor emb = user ? user_tower_->forward(TowerInput(inputs, spec_.user))
-                          : item_tower_->forward(TowerInput(inputs, spec_.item));
-    return {{tower() + "_tower_emb", emb}};
+    return {{tower() + "_tower_emb", TowerEmbedding(tower(), inputs)}};
   }
   std::map<std::string, at::Tensor> inputs = BuildInput(batch);
-  at::Tensor user = user_tower_->forward(TowerInput(inputs, spec_.user));
-  at::Tensor item = item_tower_->forward(TowerInput(inputs, spec_.item));
+  at::Tensor item = TowerEmbedding("item", inputs);
+  at::Tensor user = UserForScoring(inputs, item, batch.size);
   // A shared group: user rows are padded to the item rows; the batch's own rows come first.
   if (spec_.shared_group) user = user.slice(0, 0, batch.size);
   if (user.size(0) != batch.size) {
@@ -109,16 +112,21 @@ Predictions TwoTowerModel::Predict(const Batch& batch) {
 
 void TwoTowerModel::WriteScript(ScriptWriter& w, const StoredTables& tables) const {
   if (tower().empty()) ScriptWriter::Unsupported("a retrieval model is scripted as its towers");
-  const bool user = tower() == "user";
+  w.Output(tower() + "_tower_emb", ScriptTower(w, ScriptInput(w, tables), tower()));
+}
+
+std::string TwoTowerModel::ScriptTower(ScriptWriter& w, const std::map<std::string, std::string>& inputs,
+                                       const std::string& tower) const {
+  const bool user = tower == "user";
   const TwoTowerSpec::Tower& t = user ? spec_.user : spec_.item;
-  const std::map<std::string, std::string> inputs = ScriptInput(w, tables);
+  TZREC_CHECK(!t.custom, "a custom tower must override ScriptTower");
   std::string input = inputs.at(t.groups[0]);
   if (t.groups.size() > 1) {
     std::vector<std::string> parts;
     for (const std::string& group : t.groups) parts.push_back(inputs.at(group));
-    input = w.Let(tower() + "_tower_input", "torch.cat([" + Join(parts, ", ") + "], 1)");
+    input = w.Let(tower + "_tower_input", "torch.cat([" + Join(parts, ", ") + "], 1)");
   }
-  w.Output(tower() + "_tower_emb", (user ? user_tower_ : item_tower_)->Script(w, input, tower() + "_tower"));
+  return (user ? user_tower_ : item_tower_)->Script(w, input, tower + "_tower");
 }
 
 std::vector<const Feature*> TwoTowerModel::GroupFeatures(const std::vector<std::string>& groups) const {

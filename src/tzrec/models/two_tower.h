@@ -10,7 +10,9 @@
 // Without a shared group the towers' tables are kept apart (TorchEasyRec gives every tower its
 // own embedding group); with one (DSSM v2) every feature is read from __BASE__
 // (force_base_data_group, user rows padded to B + N) and the first B user rows are kept.
-// Towers are scored alone (Model::SetTower) or built alone (ModelContext::tower).
+// Towers are scored alone (Model::SetTower) or built alone (ModelContext::tower). A model whose
+// tower is not "groups -> MLP" (MIND's user tower) marks it `custom` and builds, runs and
+// scripts it itself (TowerEmbedding, UserForScoring, ScriptTower, TowerOutputShape).
 // One thread at a time.
 #pragma once
 
@@ -28,6 +30,7 @@ struct TwoTowerSpec {
   struct Tower {
     std::vector<std::string> groups;  // DEEP groups, concatenated; the first is `input`
     const protos::MLP* mlp = nullptr;
+    bool custom = false;  // built by the derived model, not as a MatchTower over `groups`
   };
   std::string where;  // "model_config.dssm", for errors
   bool shared_group = false;
@@ -44,12 +47,23 @@ class TwoTowerModel : public Model {
 
   std::vector<std::string> TowerNames() const override { return {"user", "item"}; }
   std::vector<const Feature*> TowerFeatures(const std::string& tower) const override;
-  int64_t TowerOutputDim(const std::string& tower) const override;
+  std::vector<int64_t> TowerOutputShape(const std::string& tower) const override;
   Predictions Predict(const Batch& batch) override;
   // Only a tower has a TorchScript form: the whole model's output needs the sampler.
   void WriteScript(ScriptWriter& w, const StoredTables& tables) const override;
 
  protected:
+  // Tower `tower`'s embedding from the group inputs, [rows, D] (a custom tower may add dims).
+  virtual at::Tensor TowerEmbedding(const std::string& tower, const std::map<std::string, at::Tensor>& inputs);
+  // The user vectors scored against `item` (the B positives first), [B, D]: the user tower's
+  // embedding; MIND attends over its interests with each row's positive item.
+  virtual at::Tensor UserForScoring(const std::map<std::string, at::Tensor>& inputs, const at::Tensor& item,
+                                    int64_t batch_size) {
+    return TowerEmbedding("user", inputs);
+  }
+  // TowerEmbedding as TorchScript over the scripted group inputs; returns the output local.
+  virtual std::string ScriptTower(ScriptWriter& w, const std::map<std::string, std::string>& inputs,
+                                  const std::string& tower) const;
   // Training only: predictions beyond "similarity" that a model's own losses read (DAT's
   // augmented vectors), from the group inputs and the towers' outputs (item rows B + N + H).
   virtual void AddTrainingPredictions(const std::map<std::string, at::Tensor>& inputs, const at::Tensor& user,

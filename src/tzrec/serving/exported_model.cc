@@ -170,9 +170,9 @@ Json InputSignature(const Pipeline& pipeline) {
 
 Json OutputSignature(const Model& model) {
   Json outputs = Json::array();
-  for (const auto& [name, width] : model.OutputWidths()) {
+  for (const auto& [name, dims] : model.OutputShapes()) {
     Json shape = {-1};
-    if (width > 0) shape.push_back(width);
+    for (int64_t dim : dims) shape.push_back(dim);
     outputs.push_back({{"name", name}, {"dtype", "float32"}, {"shape", shape}});
   }
   return outputs;

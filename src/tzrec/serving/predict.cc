@@ -80,9 +80,9 @@ struct OutputChunk {
 class PartWriter {
  public:
   PartWriter(std::string path, bool parquet, std::vector<std::string> output_names,
-             std::vector<int64_t> output_widths, std::vector<std::string> reserved_names)
+             std::vector<std::vector<int64_t>> output_shapes, std::vector<std::string> reserved_names)
       : path_(std::move(path)), parquet_(parquet), output_names_(std::move(output_names)),
-        output_widths_(std::move(output_widths)), reserved_names_(std::move(reserved_names)) {
+        output_shapes_(std::move(output_shapes)), reserved_names_(std::move(reserved_names)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~PartWriter() {
@@ -140,9 +140,9 @@ class PartWriter {
     if (parquet_) {
       std::vector<ParquetFieldSpec> fields;
       for (size_t i = 0; i < output_names_.size(); ++i) {
-        fields.push_back(output_widths_[i] == 0
-                             ? ParquetFieldSpec::Plain(output_names_[i], ParquetType::kFloat, false)
-                             : ParquetFieldSpec::List(output_names_[i], ParquetType::kFloat));
+        const int depth = static_cast<int>(output_shapes_[i].size());
+        fields.push_back(depth == 0 ? ParquetFieldSpec::Plain(output_names_[i], ParquetType::kFloat, false)
+                                    : ParquetFieldSpec::List(output_names_[i], ParquetType::kFloat, depth));
       }
       for (const auto& name : reserved_names_) {
         fields.push_back(ParquetFieldSpec::Plain(name, ParquetType::kString));
@@ -185,10 +185,13 @@ class PartWriter {
         const int64_t count = outputs[i].numel();
         column.values.doubles.assign(values, values + count);
         column.values.valid.assign(count, 1);
-        if (output_widths_[i] > 0) {
+        // [rows, D] -> LIST<FLOAT>; [rows, K, D] -> LIST<LIST<FLOAT>> (K lists of D per row).
+        int64_t lists = chunk.rows;
+        for (int64_t dim : output_shapes_[i]) {
           ParquetListLevel level;
-          for (int64_t r = 0; r < chunk.rows; ++r) level.Append(true, static_cast<uint32_t>(output_widths_[i]));
+          for (int64_t l = 0; l < lists; ++l) level.Append(true, static_cast<uint32_t>(dim));
           column.lists.push_back(std::move(level));
+          lists *= dim;
         }
       }
       for (size_t j = 0; j < reserved_names_.size(); ++j) {
@@ -208,14 +211,23 @@ class PartWriter {
         if (!first) text += ',';
         first = false;
         const float* values = outputs[i].data_ptr<float>();
-        if (output_widths_[i] == 0) {
+        const std::vector<int64_t>& shape = output_shapes_[i];
+        if (shape.empty()) {
           AppendFloat(values[r], &text);
           continue;
         }
+        // "v,v,..." for [rows, D]; "v,v;v,v;..." (';' between the K lists) for [rows, K, D], as
+        // hitrate reads multi-interest embeddings.
+        const int64_t width = shape.back();
+        const int64_t lists = shape.size() > 1 ? shape[0] : 1;
         std::string list;
-        for (int64_t k = 0; k < output_widths_[i]; ++k) {
-          if (k) list += ',';
-          AppendFloat(values[r * output_widths_[i] + k], &list);
+        for (int64_t l = 0; l < lists; ++l) {
+          if (l) list += ';';
+          const float* row = values + (r * lists + l) * width;
+          for (int64_t k = 0; k < width; ++k) {
+            if (k) list += ',';
+            AppendFloat(row[k], &list);
+          }
         }
         text += CsvField(list);
       }
@@ -244,7 +256,7 @@ class PartWriter {
   std::string path_;
   bool parquet_;
   std::vector<std::string> output_names_;
-  std::vector<int64_t> output_widths_;
+  std::vector<std::vector<int64_t>> output_shapes_;  // dims after the row, at most 2
   std::vector<std::string> reserved_names_;
   std::unique_ptr<ParquetFileWriter> parquet_writer_;
   std::FILE* csv_ = nullptr;
@@ -403,13 +415,13 @@ int64_t Predict(const PredictOptions& options) {
   }
   Model& model = *pipeline->model;
   model.eval();
-  // Output names and widths, before any data is read.
-  const std::map<std::string, int64_t> known_outputs = model.OutputWidths();
+  // Output names and shapes, before any data is read.
+  const std::map<std::string, std::vector<int64_t>> known_outputs = model.OutputShapes();
   std::vector<std::string> outputs = CommaList(options.output_columns);
   if (outputs.empty()) {
     for (const auto& kv : known_outputs) outputs.push_back(kv.first);  // std::map: sorted
   }
-  std::vector<int64_t> widths;
+  std::vector<std::vector<int64_t>> shapes;
   for (const auto& name : outputs) {
     auto it = known_outputs.find(name);
     if (it == known_outputs.end()) {
@@ -417,7 +429,8 @@ int64_t Predict(const PredictOptions& options) {
       for (const auto& kv : known_outputs) known += (known.empty() ? "" : ", ") + kv.first;
       Fail("--output_columns: the model has no output '", name, "' (it has ", known, ")");
     }
-    widths.push_back(it->second);
+    if (it->second.size() > 2) Fail("output '", name, "' has ", it->second.size() + 1, " dims; predict writes at most 3");
+    shapes.push_back(it->second);
   }
   for (const auto& name : reserved) {
     if (std::find(outputs.begin(), outputs.end(), name) != outputs.end()) {
@@ -452,7 +465,7 @@ int64_t Predict(const PredictOptions& options) {
   std::exception_ptr failure;
   const auto start = std::chrono::steady_clock::now();
   try {
-    PartWriter writer(staged_path, parquet, outputs, widths, written_reserved);
+    PartWriter writer(staged_path, parquet, outputs, shapes, written_reserved);
     c10::NoGradGuard no_grad;
     BatchStream stream(*dataset, 0);
     Batch batch;

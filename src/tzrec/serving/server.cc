@@ -375,11 +375,15 @@ struct Server::Impl {
     for (const auto& [key, tensor] : outputs) {
       if (tensor.dim() == 1) {
         out[key] = tensor.data_ptr<float>()[row];
-      } else {
-        const int64_t width = tensor.size(1);
-        out[key] = std::vector<float>(tensor.data_ptr<float>() + row * width,
-                                      tensor.data_ptr<float>() + (row + 1) * width);
+        continue;
       }
+      // [B, D] -> [D floats]; [B, K, D] (MIND's interests) -> K lists of D floats.
+      const int64_t width = tensor.size(-1);
+      const int64_t lists = tensor.dim() == 3 ? tensor.size(1) : 1;
+      const float* values = tensor.data_ptr<float>() + row * lists * width;
+      Json rows = Json::array();
+      for (int64_t l = 0; l < lists; ++l) rows.push_back(std::vector<float>(values + l * width, values + (l + 1) * width));
+      out[key] = tensor.dim() == 3 ? rows : rows[0];
     }
     return out;
   }

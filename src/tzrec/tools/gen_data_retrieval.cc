@@ -137,6 +137,46 @@ std::unique_ptr<RetrievalPlan> RetrievalPlan::Create(
     }
   }
 
+  // History columns: "<sequence>__<item attribute column>" read by a non-negative sequence feature.
+  for (const auto& f : features) {
+    if (!f->is_sequence() || f->negative()) continue;
+    std::vector<std::string> inputs = {f->name()};
+    if (fg) {
+      inputs.clear();
+      for (const auto& info : infos) {
+        if (info.name != f->name()) continue;
+        for (const auto& input : info.inputs) {
+          if (input.side != fg::Side::kConst && input.side != fg::Side::kFeature) inputs.push_back(input.column);
+        }
+      }
+    }
+    for (const auto& column : inputs) {
+      const size_t split = column.rfind("__");
+      if (split == std::string::npos || split == 0 || !is_column(column)) continue;
+      const std::string attribute = column.substr(split + 2);
+      const bool item_attribute = attribute == plan->item_id_column_ ||
+                                  std::count(plan->item_columns_.begin(), plan->item_columns_.end(), attribute);
+      if (!item_attribute || f->sequence_delim().empty()) continue;
+      auto& history = plan->histories_[column.substr(0, split)];
+      bool known = false;
+      for (const auto& h : history) known = known || h.column == column;
+      if (!known) history.push_back({column, attribute, f->sequence_delim()});
+    }
+  }
+
+  // Item ids 1..items must fit every (non-sequence) feature that reads the item id column.
+  for (const auto& f : features) {
+    if (f->is_sequence() || !f->is_sparse() || f->num_embeddings() <= 1) continue;
+    const auto& cols = columns_of[f->name()];
+    if (std::find(cols.begin(), cols.end(), plan->item_id_column_) == cols.end()) continue;
+    options.items = std::min(options.items, f->num_embeddings() - 1);
+  }
+  if (options.items < options.clusters) {
+    Fail("gen_data: the item id feature of ", where, " has ", options.items + 1, " ids; at least ",
+         options.clusters + 1, " are needed to plant the retrieval signal");
+  }
+  plan->options_ = options;
+
   std::mt19937_64 rng(seed ^ 0x7e7e7e7eULL);
   plan->cluster_items_.resize(options.clusters);
   for (int64_t i = 1; i <= options.items; ++i) {
@@ -170,6 +210,25 @@ void RetrievalPlan::Apply(std::mt19937_64& rng, Cells* cells) {
   for (const auto& [column, value] : user_cells_[user - 1]) (*cells)[column] = value;
   for (const auto& [column, value] : item_cells_[item - 1]) (*cells)[column] = value;
   edges_.emplace(user, item);
+  for (const auto& [sequence, columns] : histories_) {
+    // As many steps as the drawn row's first column has.
+    const std::string& drawn = (*cells)[columns.front().column];
+    const int64_t steps = drawn.empty() ? 0 : static_cast<int64_t>(Split(drawn, columns.front().delim).size());
+    std::vector<int64_t> items;
+    for (int64_t t = 0; t < steps; ++t) {
+      const bool near = std::uniform_real_distribution<double>(0, 1)(rng) < options_.in_cluster_rate;
+      items.push_back(near && !members.empty() ? members[rng() % members.size()]
+                                               : static_cast<int64_t>(rng() % static_cast<uint64_t>(options_.items)) + 1);
+    }
+    for (const auto& h : columns) {
+      std::string text;
+      for (size_t t = 0; t < items.size(); ++t) {
+        if (t) text += h.delim;
+        text += h.attribute == item_id_column_ ? std::to_string(items[t]) : item_cells_[items[t] - 1].at(h.attribute);
+      }
+      (*cells)[h.column] = text;
+    }
+  }
 }
 
 std::map<std::string, std::string> RetrievalPlan::WriteTables(const std::string& dir) const {

@@ -1,14 +1,19 @@
 // gen_data's retrieval signal and sampler tables, for configs with a negative sampler
 // (negative_sampler, _v2, hard_negative_sampler, _v2; see gen_data.h).
 //
-// A catalogue of `items` items (ids 1..items) and `users` users (ids 1..users), each in one of
+// A catalogue of `items` items (ids 1..items, fewer when the item id feature has fewer
+// buckets) and `users` users (ids 1..users), each in one of
 // `clusters` clusters (id % clusters). Every data row is one user (uniform) and one item: with
 // probability in_cluster_rate an item of the user's cluster, else any item. An item's
 // attribute columns (the sampler's attr_fields) are drawn once per item and repeated on each of
 // its rows, so they agree with the item table; its id column is its id and its first other
 // sparse attribute ("category") its cluster + 1. A user's columns (the features of the model's
 // user tower, or all non-item features) are drawn once per user, with its id column the user
-// id and its second sparse column ("segment") its cluster + 1. Sequence columns stay per row.
+// id and its second sparse column ("segment") its cluster + 1. A behaviour sequence column of
+// an item attribute (named "<sequence>__<attribute>", as TorchEasyRec's sequence features name
+// theirs, the attribute an item column) is a history of the user: each step an item of the
+// user's cluster with probability in_cluster_rate, else any item, the columns of one sequence
+// holding the same items (the drawn row's step count is kept). Other sequence columns stay.
 // A model that learns clusters from ids or category and segment ranks the user's cluster
 // first: with N uniform negatives the positive is in the cluster with probability
 // in_cluster_rate, beside about N / clusters in-cluster negatives.
@@ -77,6 +82,11 @@ class RetrievalPlan {
   std::string user_id_column_, segment_column_;
   std::vector<std::string> item_columns_;  // attr_fields that are data columns
   std::vector<std::string> user_columns_;
+  struct HistoryColumn {
+    std::string column, attribute, delim;
+  };
+  // One behaviour sequence's history columns (same steps), by sequence name.
+  std::map<std::string, std::vector<HistoryColumn>> histories_;
   std::vector<Cells> item_cells_;  // [items]: item i + 1's attribute columns
   std::vector<Cells> user_cells_;  // [users]
   std::vector<std::vector<int64_t>> cluster_items_;  // item ids per cluster
