@@ -83,7 +83,8 @@ std::map<std::string, std::vector<double>> RunPredict(PredictOptions options,
 // is also run by Python torch (/usr/bin/python3, Debian's python3-torch) through
 // tests/interop/scripted_model_parity.py. Returns the largest difference of both.
 double CheckScriptedModel(const std::string& export_dir, const std::string& input,
-                          const std::map<std::string, std::vector<double>>& expected, const TempDir& dir) {
+                          const std::map<std::string, std::vector<double>>& expected, const TempDir& dir,
+                          double python_tolerance) {
   EXPECT_EQ(ReadExportManifest(export_dir)["scripted_model"], kScriptedModelFile);
   const std::string export_name = export_dir.substr(export_dir.rfind('/') + 1);
   const std::string model_path = JoinPath(export_dir, kScriptedModelFile);
@@ -139,7 +140,8 @@ double CheckScriptedModel(const std::string& export_dir, const std::string& inpu
   if (!report.is_discarded()) {
     std::printf("scripted model %s in Python torch %s: max |diff| %.3g\n", export_name.c_str(),
                 report.value("torch", "?").c_str(), report.value("max_abs_diff", -1.0));
-    EXPECT_LE(report.value("max_abs_diff", 1.0), 1e-6) << output;
+    // The same module in another process: GEMM blocking may differ with the thread count.
+    EXPECT_LE(report.value("max_abs_diff", 1.0), python_tolerance) << output;
     EXPECT_EQ(report["outputs"].size(), expected.size()) << output;
   }
   return worst;

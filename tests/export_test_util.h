@@ -25,9 +25,11 @@ std::map<std::string, std::vector<double>> RunPredict(PredictOptions options, co
 // scripted_model.pt of `export_dir` loaded by LibTorch and run over `input` batch by batch, its
 // predictions compared with `expected` (what the model computes for those rows, flattened);
 // the first batch is also run by Python torch (/usr/bin/python3, Debian's python3-torch)
-// through tests/interop/scripted_model_parity.py and must agree within 1e-6. Returns the
+// through tests/interop/scripted_model_parity.py and must agree within 1e-5. Returns the
 // largest difference in LibTorch.
+// `python_tolerance` loosens the Python check for models that amplify rounding (capsule routing).
 double CheckScriptedModel(const std::string& export_dir, const std::string& input,
-                          const std::map<std::string, std::vector<double>>& expected, const TempDir& dir);
+                          const std::map<std::string, std::vector<double>>& expected, const TempDir& dir,
+                          double python_tolerance = 1e-5);
 
 }  // namespace tzrec::testing
