@@ -137,10 +137,10 @@ TEST(SupportedFields, OdpsAndOtherDatasetSettingsAreAccepted) {
 }
 
 TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
-  auto config = ParsePipelineConfigText("model_config { mind { output_dim: 8 } }", "t");
+  auto config = ParsePipelineConfigText("model_config { rocket_launching { share_mlp { hidden_units: 8 } } }", "t");
   auto unsupported = FindUnsupportedFields(config);
   bool named = false;
-  for (const auto& u : unsupported) named = named || u.path == "model_config.mind";
+  for (const auto& u : unsupported) named = named || u.path == "model_config.rocket_launching";
   EXPECT_TRUE(named);
 }
 
@@ -149,7 +149,8 @@ TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
                            "dbmtl_taobao.config", "multi_tower_din_taobao.config",
                            "multi_tower_din_mock.config", "dbmtl_has_sequence_mock.config", "dssm_taobao.config",
                            "dssm_mock.config", "dssm_v2_taobao.config", "dssm_fg_mock.config",
-                           "dssm_fg_hard_negative_mock.config", "dssm_v2_fg_mock.config"}) {
+                           "dssm_fg_hard_negative_mock.config", "dssm_v2_fg_mock.config", "dat_mock.config",
+                           "mind_mock.config", "mind_taobao.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     auto unsupported = FindUnsupportedFields(config);
     EXPECT_TRUE(unsupported.empty()) << name << ": " << (unsupported.empty() ? "" : unsupported[0].path);

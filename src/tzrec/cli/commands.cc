@@ -15,6 +15,7 @@
 #include "tzrec/tools/faiss_index.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/tools/hitrate.h"
+#include "tzrec/tools/tdm_tree.h"
 #include "tzrec/train/trainer.h"
 
 namespace tzrec {
@@ -80,6 +81,7 @@ const std::map<std::string, Command>& Commands() {
       {"create_fg_json", {CreateFgJsonMain, "write fg.json (and its asset files) for a config"}},
       {"create_faiss_index", {CreateFaissIndexMain, "build a FAISS index of item tower embeddings"}},
       {"hitrate", {HitrateMain, "offline retrieval hit rate of user embeddings against item embeddings"}},
+      {"tdm_init_tree", {TdmInitTreeMain, "build TDM's item tree and its node and edge tables"}},
       {"launch", {LaunchMain, "run a command as the local ranks of a distributed job (torchrun)"}},
       {"dist_check", {DistCheckMain, "check the process group's collectives across ranks"}},
   };

@@ -46,13 +46,15 @@ std::vector<std::string> ScanTable(const std::string& input_path, char delimiter
     auto resolve = [&] {
       for (size_t i = 0; i < wanted.size(); ++i) {
         columns[i] = nullptr;
+        // "a|b": either name (TDM's tables call attrs "feature", userid/itemid src_id/dst_id).
+        const std::vector<std::string> accepted = Split(wanted[i], "|");
         for (const Column& column : records.columns) {
-          if (BaseName(column.name) == wanted[i]) columns[i] = &column;
+          if (std::find(accepted.begin(), accepted.end(), BaseName(column.name)) != accepted.end()) columns[i] = &column;
         }
         if (!columns[i]) {
           std::vector<std::string> names;
           for (const Column& column : records.columns) names.push_back(column.name);
-          Fail(file, ": ", where, " needs a column '", wanted[i], "' (header: ", Join(names, ", "),
+          Fail(file, ": ", where, " needs a column '", Join(accepted, "' or '"), "' (header: ", Join(names, ", "),
                "; GraphLearn tables name their columns as e.g. 'id:int64')");
         }
       }
@@ -171,7 +173,7 @@ SamplerItemTable::SamplerItemTable(const std::string& input_path, const std::str
   if (attr_delimiter_.empty()) Fail(where, ".attr_delimiter must not be empty");
   attr_offsets_.push_back(0);
   std::vector<std::string> wanted = {"id", "weight"};
-  if (attr_count_ > 0) wanted.push_back("attrs");
+  if (attr_count_ > 0) wanted.push_back("attrs|feature");
   files_ = ScanTable(input_path, FieldDelimiter(field_delimiter), wanted, where,
                      [&](const RecordBatch& records, const std::vector<const Column*>& columns, size_t file) {
     for (size_t row = 0; row < records.num_rows(); ++row) {
@@ -279,7 +281,7 @@ SamplerEdgeTable::SamplerEdgeTable(const std::string& input_path, const std::str
     uint32_t item;
   };
   std::vector<Edge> edges;
-  ScanTable(input_path, FieldDelimiter(field_delimiter), {"userid", "itemid", "weight"}, where,
+  ScanTable(input_path, FieldDelimiter(field_delimiter), {"userid|src_id", "itemid|dst_id", "weight"}, where,
             [&](const RecordBatch& records, const std::vector<const Column*>& columns, size_t) {
     for (size_t row = 0; row < records.num_rows(); ++row) {
       const int64_t user = IdAt(records, *columns[0], row, "column '" + columns[0]->name + "'");
