@@ -248,8 +248,10 @@ void ExportsTowersThatRetrieve(const testing::TempDir& dir, const std::string& c
     }
     if (manifest.contains("scripted_model")) {
       // Capsule routing (a softmax of 20x logits, three rounds) amplifies the last-bit
-      // differences of GEMMs blocked for other batch shapes; other towers agree within 1e-5.
-      const double tolerance = shape.size() > 1 ? 1e-4 : 1e-5;
+      // differences between the eager step MLP (oneDNN) and torch.linear in the script:
+      // measured 1.4e-5 with 2 threads, 1.6e-4 with 1 (interests are unit vectors; a wrong
+      // operation differs by 0.1 or more). Other towers agree within 1e-5.
+      const double tolerance = shape.size() > 1 ? 2e-3 : 1e-5;
       EXPECT_LE(testing::CheckScriptedModel(dir.File("export_fp32/" + tower), eval_pattern, expected_values, dir,
                                             tolerance),
                 tolerance);

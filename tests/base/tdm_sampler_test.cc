@@ -11,6 +11,10 @@
 #include "test_util.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/config/pipeline_config.h"
+#include "tzrec/features/feature.h"
+#include "tzrec/fg/feature_generator.h"
+#include "tzrec/input/dataset.h"
 #include "tzrec/input/tdm_sampler.h"
 #include "tzrec/tools/tdm_tree.h"
 
@@ -26,7 +30,7 @@ TdmTree WriteTree(const TempDir& dir, int64_t items) {
     TdmTree::Leaf leaf;
     leaf.id = i;
     leaf.cate = i % 2 ? "odd" : "even";
-    leaf.attrs = {StrCat("c", i % 3)};
+    leaf.attrs = {StrCat(i % 3)};
     leaves.push_back(leaf);
   }
   TdmTree tree(std::move(leaves), 2, {false}, {});
@@ -190,6 +194,89 @@ TEST(TdmSampler, ConfigAndDataErrors) {
   pruned_config.set_edge_input_path(dir.File("tree/pruned_edge_table.txt"));
   TdmSampler no_edges(pruned_config, "data_config.tdm_sampler");
   EXPECT_TZREC_ERROR(no_edges.Sample({3}, rng), "leaf 3 has no ancestor on level 1");
+}
+
+// The dataset grows each batch as expand_tdm_sample: B rows, then each row's ancestors (label
+// 1), then its negatives (label 0); item features come from the sampled nodes' attributes,
+// user features and sample weights repeat their row's.
+TEST(TdmSampler, DatasetExpandsEachBatch) {
+  TempDir dir;
+  const TdmTree tree = WriteTree(dir, 8);  // 4 levels
+  std::string data = "user_id,item_id,cate_id,w,clk\n";
+  for (int r = 0; r < 6; ++r) data += StrCat(50 + r, ",", r + 1, ",", (r + 1) % 3, ",", r, ".5,", r % 2, "\n");
+  testing::WriteFile(dir.File("train.csv"), data);
+  auto config = ParsePipelineConfigText(R"(
+    data_config { dataset_type: CsvDataset with_header: true label_fields: "clk" sample_weight_fields: "w"
+                  batch_size: 4 tdm_sampler { attr_fields: "cate_id" item_id_field: "item_id" attr_delimiter: ","
+                  layer_num_sample: [0, 1, 1, 2] } }
+    feature_configs { id_feature { feature_name: "user_id" num_buckets: 100 embedding_dim: 4 } }
+    feature_configs { id_feature { feature_name: "item_id" num_buckets: 100 embedding_dim: 4 } }
+    feature_configs { id_feature { feature_name: "cate_id" hash_bucket_size: 10 embedding_dim: 4 } }
+  )", "test");
+  *config.mutable_data_config()->mutable_tdm_sampler() = SamplerConfig(dir, {0, 1, 1, 2});
+  auto features = CreateFeatures(config.feature_configs(), config.data_config());
+  std::vector<const Feature*> views;
+  for (const auto& f : features) {
+    EXPECT_EQ(f->data_group(), "__BASE__");
+    views.push_back(f.get());
+  }
+  Dataset dataset(config.data_config(), views, dir.File("train.csv"), DatasetMode::kTrain, 7);
+  ASSERT_NE(dataset.tdm_sampler(), nullptr);
+  EXPECT_EQ(dataset.sampler(), nullptr);
+  auto stream = dataset.Open(0);
+  ParsedBatch batch;
+  std::vector<int64_t> rows_per_batch;
+  std::map<int64_t, int64_t> code_of;
+  for (const auto& level : tree.levels()) {
+    for (int64_t code : level) code_of[tree.node(code).id] = code;
+  }
+  while (stream->Next(&batch)) {
+    // B rows, 2 ancestors each (levels 1, 2), 1 + 1 + 2 negatives each.
+    const int64_t b = batch.size / (1 + 2 + 4);
+    ASSERT_EQ(batch.size, b * 7);
+    rows_per_batch.push_back(b);
+    const SparseValues& items = batch.sparse.at("item_id");
+    const SparseValues& users = batch.sparse.at("user_id");
+    ASSERT_EQ(items.values.size(), static_cast<size_t>(batch.size));
+    ASSERT_EQ(users.values.size(), static_cast<size_t>(batch.size));
+    const std::vector<float>& labels = batch.labels.at("clk");
+    const std::vector<float>& weights = batch.sample_weights.at("w");
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t leaf = items.values[r];
+      std::vector<int64_t> ancestors = tree.Ancestors(code_of.at(leaf));  // parent first
+      for (int p = 0; p < 2; ++p) {
+        const int64_t row = b + r * 2 + p;
+        EXPECT_EQ(items.values[row], tree.node(ancestors[1 - p]).id);  // level 1, then level 2
+        EXPECT_EQ(users.values[row], users.values[r]);
+        EXPECT_EQ(labels[row], 1.0f);
+        EXPECT_EQ(weights[row], weights[r]);
+      }
+      for (int n = 0; n < 4; ++n) {
+        const int64_t row = 3 * b + r * 4 + n;
+        EXPECT_EQ(users.values[row], users.values[r]);
+        EXPECT_EQ(labels[row], 0.0f);
+        EXPECT_NE(items.values[row], leaf);
+      }
+    }
+    EXPECT_TRUE(batch.id_columns.empty());
+  }
+  EXPECT_EQ(rows_per_batch, (std::vector<int64_t>{4, 2}));
+
+  // A feature reading a node attribute and a user column cannot be generated for a node.
+  auto mixed = ParsePipelineConfigText(R"(
+    data_config { dataset_type: CsvDataset with_header: true label_fields: "clk" batch_size: 4 fg_mode: FG_DAG }
+    feature_configs { id_feature { feature_name: "user_id" expression: "user:user_id" num_buckets: 100 embedding_dim: 4 } }
+    feature_configs { combo_feature { feature_name: "user_cate" expression: ["user:user_id", "item:cate_id"]
+                                      hash_bucket_size: 100 embedding_dim: 4 } }
+  )", "test");
+  *mixed.mutable_data_config()->mutable_tdm_sampler() = SamplerConfig(dir, {0, 1, 1, 2});
+  auto mixed_features = CreateFeatures(mixed.feature_configs(), mixed.data_config());
+  std::vector<const Feature*> mixed_views;
+  for (const auto& f : mixed_features) mixed_views.push_back(f.get());
+  auto generator = std::make_shared<const fg::FeatureGenerator>(fg::DescribeFeatures(mixed.feature_configs(), protos::FG_DAG),
+                                                                protos::FG_DAG);
+  EXPECT_TZREC_ERROR(Dataset(mixed.data_config(), mixed_views, dir.File("train.csv"), DatasetMode::kTrain, 7, generator),
+                     "data_config.tdm_sampler: feature 'user_cate' reads the tree nodes' attributes (cate_id) and other columns (user_id)");
 }
 
 }  // namespace

@@ -97,4 +97,59 @@ ParsedBatch ParsedBatch::Slice(int64_t begin, int64_t end) const {
   return out;
 }
 
+ParsedBatch ParsedBatch::TakeRows(const std::vector<int64_t>& rows) const {
+  TZREC_CHECK(sampled_rows == 0, "taking rows of a batch with sampled rows");
+  for (int64_t row : rows) TZREC_CHECK(row >= 0 && row < size, "row ", row, " of ", size);
+  // Offsets of each row's first value (and, for sequences, first step), then copies.
+  auto prefix = [](const std::vector<int32_t>& counts) {
+    std::vector<int64_t> offsets(counts.size() + 1, 0);
+    for (size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + counts[i];
+    return offsets;
+  };
+  ParsedBatch out;
+  out.size = static_cast<int64_t>(rows.size());
+  for (const auto& [name, src] : sparse) {
+    SparseValues& dst = out.sparse[name];
+    dst.sequence = src.sequence;
+    const std::vector<int64_t> row_offsets = prefix(src.lengths);  // values, or steps
+    const std::vector<int64_t> step_offsets = src.sequence ? prefix(src.key_lengths) : std::vector<int64_t>();
+    for (int64_t row : rows) {
+      dst.lengths.push_back(src.lengths[row]);
+      int64_t begin = row_offsets[row], end = row_offsets[row + 1];
+      if (src.sequence) {
+        dst.key_lengths.insert(dst.key_lengths.end(), src.key_lengths.begin() + begin, src.key_lengths.begin() + end);
+        begin = step_offsets[begin];
+        end = step_offsets[end];
+      }
+      dst.values.insert(dst.values.end(), src.values.begin() + begin, src.values.begin() + end);
+      if (!src.weights.empty()) dst.weights.insert(dst.weights.end(), src.weights.begin() + begin, src.weights.begin() + end);
+    }
+  }
+  for (const auto& [name, src] : dense) {
+    DenseValues& dst = out.dense[name];
+    dst.dim = src.dim;
+    dst.sequence = src.sequence;
+    const std::vector<int64_t> row_offsets = src.sequence ? prefix(src.lengths) : std::vector<int64_t>();
+    for (int64_t row : rows) {
+      int64_t begin = row, end = row + 1;
+      if (src.sequence) {
+        dst.lengths.push_back(src.lengths[row]);
+        begin = row_offsets[row];
+        end = row_offsets[row + 1];
+      }
+      dst.values.insert(dst.values.end(), src.values.begin() + begin * src.dim, src.values.begin() + end * src.dim);
+    }
+  }
+  auto take = [&](const auto& columns, auto* out_columns) {
+    for (const auto& [name, values] : columns) {
+      auto& dst = (*out_columns)[name];
+      for (int64_t row : rows) dst.push_back(values[row]);
+    }
+  };
+  take(labels, &out.labels);
+  take(sample_weights, &out.sample_weights);
+  take(reserved, &out.reserved);
+  return out;
+}
+
 }  // namespace tzrec

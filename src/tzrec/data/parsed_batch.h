@@ -66,6 +66,9 @@ struct ParsedBatch {
   void Append(const ParsedBatch& other);
   // Moves rows [begin, end) into a new batch.
   ParsedBatch Slice(int64_t begin, int64_t end) const;
+  // A new batch of rows `rows` (any order, repeats allowed) of features, labels, sample weights
+  // and reserved columns; no positions or id columns. Not for batches with sampled rows.
+  ParsedBatch TakeRows(const std::vector<int64_t>& rows) const;
 };
 
 }  // namespace tzrec

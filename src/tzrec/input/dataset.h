@@ -17,6 +17,13 @@
 // attributes into the "__NEG__" features after the batch's rows (sampler.h). Sampling is seeded
 // per rank, reader and epoch, so a run is reproducible like its batch order.
 //
+// With a tdm_sampler (TDM; not in predict) every emitted batch of B rows grows as TorchEasyRec's
+// expand_tdm_sample grows it: after the B rows come each row's tree ancestors (label 1), then
+// each row's per-level negatives (label 0) (tdm_sampler.h), all in "__BASE__". Item features
+// (those reading the sampler's attribute columns) are generated from the sampled nodes'
+// attributes; every other feature, sample weight and reserved column repeats its row's value.
+// A feature reading both kinds of columns is an error.
+//
 // Thread safety: a Dataset is immutable after construction; each ParsedBatchStream is used by
 // one consumer thread (its reader threads are internal).
 #pragma once
@@ -40,6 +47,7 @@
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/input/sampler.h"
+#include "tzrec/input/tdm_sampler.h"
 #include "tzrec/protos/data.pb.h"
 
 namespace tzrec {
@@ -114,6 +122,8 @@ class Dataset {
   ParsedBatch ParseRecords(const RecordBatch& records) const;
   // The negative sampler, or null.
   const Sampler* sampler() const { return sampler_.get(); }
+  // The tdm_sampler, or null.
+  const TdmSampler* tdm_sampler() const { return tdm_sampler_.get(); }
   // Samples for a whole batch and appends the sampled rows (see above); no-op without sampler.
   void AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const;
 
@@ -123,6 +133,11 @@ class Dataset {
   std::shared_ptr<const fg::FeatureGenerator> generator_;
   std::unique_ptr<DatasetReader> reader_;
   std::shared_ptr<const Sampler> sampler_;
+  void ExpandTdmRows(ParsedBatch* batch, std::mt19937_64& rng) const;
+  // Raw data columns feature `feature` reads (through FG_DAG producers).
+  std::vector<std::string> RawColumnsOf(const Feature& feature) const;
+  std::shared_ptr<const TdmSampler> tdm_sampler_;
+  std::vector<const Feature*> tdm_item_features_;
   bool force_base_data_group_ = false;
   std::unique_ptr<std::once_flag> first_sample_logged_ = std::make_unique<std::once_flag>();
 };

@@ -156,4 +156,16 @@ RecordBatch TdmSampler::NodeRows(const std::vector<uint32_t>& nodes, const std::
   return nodes_->AttrRows(nodes, attrs, names);
 }
 
+namespace {
+
+// The tdm_sampler grows batches instead of adding negatives of another data group: the Dataset
+// builds its TdmSampler itself; as a negative sampler there is none.
+std::shared_ptr<const Sampler> NoNegativeSampler(const SamplerContext&) { return nullptr; }
+
+}  // namespace
+
+TZREC_REGISTER(SamplerRegistry(), "tdm_sampler", NoNegativeSampler, "item_input_path", "edge_input_path",
+               "predict_edge_input_path", "attr_fields", "item_id_field", "layer_num_sample", "attr_delimiter",
+               "num_eval_sample", "field_delimiter", "remain_ratio", "probability_type");
+
 }  // namespace tzrec

@@ -6,7 +6,9 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/fs.h"
+#include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/tools/tdm_tree.h"
 
 namespace tzrec {
 namespace {
@@ -14,11 +16,11 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-// The set member of data_config's `sampler` oneof, or null (tdm_sampler: null too).
-const Message* NegativeSamplerConfig(const protos::DataConfig& data, std::string* name) {
+// The set member of data_config's `sampler` oneof, or null.
+const Message* SamplerConfig(const protos::DataConfig& data, std::string* name) {
   const auto* oneof = data.GetDescriptor()->FindOneofByName("sampler");
   const FieldDescriptor* which = data.GetReflection()->GetOneofFieldDescriptor(data, oneof);
-  if (!which || which->name() == "tdm_sampler") return nullptr;
+  if (!which) return nullptr;
   *name = which->name();
   return &data.GetReflection()->GetMessage(data, which);
 }
@@ -46,9 +48,18 @@ std::unique_ptr<RetrievalPlan> RetrievalPlan::Create(
     const std::vector<fg::FeatureInfo>& infos, const std::vector<std::string>& columns,
     const std::function<Cells(std::mt19937_64&)>& draw_row, uint64_t seed, RetrievalPlanOptions options) {
   std::string sampler_name;
-  const Message* sampler = NegativeSamplerConfig(config.data_config(), &sampler_name);
+  const Message* sampler = SamplerConfig(config.data_config(), &sampler_name);
   if (!sampler) return nullptr;
   std::unique_ptr<RetrievalPlan> plan(new RetrievalPlan());
+  plan->tdm_ = sampler_name == "tdm_sampler";
+  if (plan->tdm_) {
+    // As many items as fill a binary tree of layer_num_sample's levels (L levels hold up to
+    // 2^(L-1) leaves), at most 4096.
+    plan->tdm_levels_ = config.data_config().tdm_sampler().layer_num_sample_size();
+    int64_t leaves = 1;
+    for (int64_t level = 1; level < plan->tdm_levels_ && leaves < 4096; ++level) leaves *= 2;
+    options.items = std::max<int64_t>(leaves, options.clusters + 1);
+  }
   plan->options_ = options;
   const std::string where = "data_config." + sampler_name;
   const FieldDescriptor* attrs = sampler->GetDescriptor()->FindFieldByName("attr_fields");
@@ -86,8 +97,21 @@ std::unique_ptr<RetrievalPlan> RetrievalPlan::Create(
   for (const auto& attr : plan->attr_fields_) {
     if (is_column(attr)) plan->item_columns_.push_back(attr);
   }
+  // Item features: a negative sampler's (features reading its attr_fields), or TDM's (same
+  // columns, though TDM keeps them in __BASE__).
+  auto is_item = [&](const Feature& f) {
+    if (f.negative()) return true;
+    if (!plan->tdm_) return false;
+    for (const auto& column : columns_of[f.name()]) {
+      if (column == plan->item_id_column_ ||
+          std::count(plan->attr_fields_.begin(), plan->attr_fields_.end(), column)) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (const auto& f : features) {
-    if (!f->negative() || !clusters_fit(*f)) continue;
+    if (!is_item(*f) || !clusters_fit(*f)) continue;
     for (const auto& column : columns_of[f->name()]) {
       if (plan->category_column_.empty() && column != plan->item_id_column_ && is_column(column)) {
         plan->category_column_ = column;
@@ -105,7 +129,7 @@ std::unique_ptr<RetrievalPlan> RetrievalPlan::Create(
                                config.data_config().label_fields().end());
   std::vector<const Feature*> sparse_users;
   for (const auto& f : features) {
-    if (f->negative() || f->is_sequence() || !user_features.count(f->name())) continue;
+    if (is_item(*f) || f->is_sequence() || !user_features.count(f->name())) continue;
     bool added = false;
     for (const auto& column : columns_of[f->name()]) {
       if (!is_column(column) || labels.count(column) || std::count(plan->item_columns_.begin(), plan->item_columns_.end(), column) ||
@@ -234,6 +258,42 @@ void RetrievalPlan::Apply(std::mt19937_64& rng, Cells* cells) {
 std::map<std::string, std::string> RetrievalPlan::WriteTables(const std::string& dir) const {
   MakeDirs(dir);
   std::map<std::string, std::string> paths;
+  if (tdm_) {
+    // The items' tree, grouped by category (tdm_init_tree's tables); every attr_field a
+    // categorical attribute, so the node table's attributes keep attr_fields' order.
+    std::vector<TdmTree::Leaf> leaves;
+    for (int64_t i = 1; i <= options_.items; ++i) {
+      TdmTree::Leaf leaf;
+      leaf.id = i;
+      const Cells& cells = item_cells_[i - 1];
+      auto cell = [&](const std::string& column) {
+        auto it = cells.find(column);
+        return it == cells.end() ? std::string() : it->second;
+      };
+      leaf.cate = category_column_.empty() ? std::string() : cell(category_column_);
+      for (const auto& attr : attr_fields_) {
+        if (attr != "tree_level" && attr != item_id_column_) leaf.attrs.push_back(cell(attr));
+      }
+      leaves.push_back(std::move(leaf));
+    }
+    std::vector<std::string> names;
+    for (const auto& attr : attr_fields_) {
+      if (attr != "tree_level" && attr != item_id_column_) names.push_back(attr);
+    }
+    TdmTree tree(std::move(leaves), 2, std::vector<bool>(names.size(), false), {});
+    tree.SetAttrNames(names, {});
+    if (tdm_levels_ != static_cast<int64_t>(tree.levels().size())) {
+      LOG_WARNING << "gen_data: the TDM tree of " << options_.items << " items has " << tree.levels().size()
+                  << " levels; data_config.tdm_sampler.layer_num_sample has " << tdm_levels_
+                  << " entries (one per level): edit it to " << tree.levels().size() << " entries to train";
+    }
+    const std::string tree_dir = JoinPath(dir, "tdm_tree");
+    tree.WriteNodeEdgeTables(tree_dir, attr_delimiter_.empty() ? "," : attr_delimiter_);
+    paths["node_table"] = JoinPath(tree_dir, "node_table.txt");
+    paths["edge_table"] = JoinPath(tree_dir, "edge_table.txt");
+    paths["predict_edge_table"] = JoinPath(tree_dir, "predict_edge_table.txt");
+    return paths;
+  }
   auto write = [&](const std::string& name, const std::string& content) {
     const std::string path = JoinPath(dir, name + ".txt");
     WriteFileAtomic(path, content);

@@ -1,5 +1,5 @@
-// gen_data's retrieval signal and sampler tables, for configs with a negative sampler
-// (negative_sampler, _v2, hard_negative_sampler, _v2; see gen_data.h).
+// gen_data's retrieval signal and sampler tables, for configs with a sampler (negative_sampler,
+// _v2, hard_negative_sampler, _v2, tdm_sampler; see gen_data.h).
 //
 // A catalogue of `items` items (ids 1..items, fewer when the item id feature has fewer
 // buckets) and `users` users (ids 1..users), each in one of
@@ -23,6 +23,9 @@
 //   user_table.txt      id, weight 1
 //   pos_edge_table.txt  every (user, item) pair of the train and eval rows, once
 //   hard_neg_edge_table.txt  3 items per user from the next cluster ((c + 1) % clusters)
+// With a tdm_sampler instead: as many items as a binary tree of layer_num_sample's levels holds
+// (at most 4096), and their tree (tools/tdm_tree.h, grouped by category) under
+// <output_dir>/sampler/tdm_tree/: node_table.txt, edge_table.txt, predict_edge_table.txt.
 //
 // Thread safety: one thread (the generator's).
 #pragma once
@@ -53,7 +56,7 @@ struct RetrievalPlanOptions {
 class RetrievalPlan {
  public:
   using Cells = std::map<std::string, std::string>;
-  // Null when the config has no negative sampler (or a tdm_sampler). `columns` are the data
+  // Null when the config has no sampler. `columns` are the data
   // columns gen_data writes, `draw_row` draws one ordinary row of them (attribute and profile
   // values). FG_NONE: `infos` may be empty (features read their own column).
   static std::unique_ptr<RetrievalPlan> Create(const protos::EasyRecConfig& config,
@@ -76,6 +79,8 @@ class RetrievalPlan {
   RetrievalPlan() = default;
 
   RetrievalPlanOptions options_;
+  bool tdm_ = false;          // a tdm_sampler: the tables are the items' tree
+  int64_t tdm_levels_ = 0;    // layer_num_sample's entries
   std::vector<std::string> attr_fields_;
   std::string attr_delimiter_;
   std::string item_id_column_, category_column_;
