@@ -150,7 +150,7 @@ TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
                            "multi_tower_din_mock.config", "dbmtl_has_sequence_mock.config", "dssm_taobao.config",
                            "dssm_mock.config", "dssm_v2_taobao.config", "dssm_fg_mock.config",
                            "dssm_fg_hard_negative_mock.config", "dssm_v2_fg_mock.config", "dat_mock.config",
-                           "mind_mock.config", "mind_taobao.config"}) {
+                           "mind_mock.config", "mind_taobao.config", "tdm_fg_mock.config", "tdm_taobao.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     auto unsupported = FindUnsupportedFields(config);
     EXPECT_TRUE(unsupported.empty()) << name << ": " << (unsupported.empty() ? "" : unsupported[0].path);
