@@ -11,10 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "export_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
+#include "tzrec/serving/exported_model.h"
+#include "tzrec/serving/predict.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/trainer.h"
@@ -53,6 +56,27 @@ void TdmTrains(const std::string& config_name, const std::string& extra_edits) {
   ASSERT_TRUE(result.contains("auc")) << result.dump();
   EXPECT_GE(result["auc"].get<double>(), 0.7) << result.dump();
   EXPECT_FALSE(ListCheckpoints(dir.File("model")).empty());
+
+  // The trained ranker scores (user, item) rows alike from its checkpoint, its export and its
+  // scripted model (predict reads no sampler: the data's rows only).
+  PredictOptions from_checkpoint;
+  from_checkpoint.predict_input_path = data.eval_pattern;
+  from_checkpoint.pipeline_config_path = dir.File("model/pipeline.config");
+  const auto expected = testing::RunPredict(from_checkpoint, dir.File("pred_ckpt"));
+  ASSERT_TRUE(expected.count("probs1")) << "predict columns";
+  EXPECT_EQ(expected.at("probs1").size(), 2000u);
+  ExportOptions export_options;
+  export_options.pipeline_config_path = dir.File("model/pipeline.config");
+  export_options.quant_from_environment = false;
+  export_options.quant_emb = "0";
+  export_options.export_dir = dir.File("export");
+  ExportModel(export_options);
+  PredictOptions from_export = from_checkpoint;
+  from_export.pipeline_config_path.clear();
+  from_export.scripted_model_path = dir.File("export");
+  auto exported = testing::RunPredict(from_export, dir.File("pred_export"));
+  for (const auto& [name, values] : expected) EXPECT_LE(testing::MaxAbsDiff(exported[name], values), 1e-6) << name;
+  EXPECT_LE(testing::CheckScriptedModel(dir.File("export"), data.eval_pattern, expected, dir), 1e-5);
 }
 
 TEST(TdmMock, TrainsOnGenDatasTree) { TdmTrains("tdm_fg_mock.config", ""); }

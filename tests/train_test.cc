@@ -29,19 +29,17 @@ using testing::TempDir;
 using testing::WriteSmallConfig;
 
 TEST(GenDataCli, RunsTheConfigSupportCheckFirst) {
-  // gen_data ignored what it does not read (a TDM sampler here) and wrote data that
+  // gen_data ignored what it does not read (mixed precision here) and wrote data that
   // train_eval then rejected; it says what train_eval would, before writing anything.
   TempDir dir;
   int code;
   std::string out = Shell(std::string(TZREC_BINARY) + " gen_data --pipeline_config_path=" +
                               testing::SourceDir() + "/examples/deepfm_mock.config --output_dir=" +
                               dir.File("data") + " --train_rows=100 --eval_rows=100 " +
-                              "--edit_config_json='{\"data_config.tdm_sampler\": \"{item_input_path: \\\"x\\\" " +
-                              "edge_input_path: \\\"y\\\" predict_edge_input_path: \\\"z\\\" " +
-                              "item_id_field: \\\"cat_0\\\"}\"}'",
+                              "--edit_config_json='{\"train_config.mixed_precision\": \"BF16\"}'",
                           &code);
   EXPECT_NE(code, 0) << out;
-  EXPECT_NE(out.find("data_config.tdm_sampler: not supported yet"), std::string::npos) << out;
+  EXPECT_NE(out.find("train_config.mixed_precision: not supported yet"), std::string::npos) << out;
   EXPECT_FALSE(PathExists(dir.File("data/oracle.json")));
 }
 

@@ -329,15 +329,20 @@ bool SamplerEdgeTable::Has(int64_t user, uint32_t item) const {
   return std::binary_search(sorted_.begin() + offsets_[u], sorted_.begin() + offsets_[u + 1], item);
 }
 
-RecordBatch Sampler::AttrRows(const SampledItems& sampled, const std::vector<std::string>& input_columns) const {
+RecordBatch SamplerItemTable::InputAttrRows(const std::vector<uint32_t>& items, const std::vector<std::string>& attr_fields,
+                                            const std::vector<std::string>& input_columns) const {
   std::vector<size_t> attrs;
   std::vector<std::string> names;
-  for (size_t a = 0; a < attr_fields_.size(); ++a) {
-    if (std::find(input_columns.begin(), input_columns.end(), attr_fields_[a]) == input_columns.end()) continue;
+  for (size_t a = 0; a < attr_fields.size(); ++a) {
+    if (std::find(input_columns.begin(), input_columns.end(), attr_fields[a]) == input_columns.end()) continue;
     attrs.push_back(a);
-    names.push_back(attr_fields_[a]);
+    names.push_back(attr_fields[a]);
   }
-  return items_->AttrRows(sampled.items, attrs, names);
+  return AttrRows(items, attrs, names);
+}
+
+RecordBatch Sampler::AttrRows(const SampledItems& sampled, const std::vector<std::string>& input_columns) const {
+  return items_->InputAttrRows(sampled.items, attr_fields_, input_columns);
 }
 
 Registry<SamplerFactory>& SamplerRegistry() {

@@ -74,6 +74,10 @@ class SamplerItemTable {
   // (attribute positions `attrs`), lines pointing into the item table for error messages.
   RecordBatch AttrRows(const std::vector<uint32_t>& items, const std::vector<size_t>& attrs,
                        const std::vector<std::string>& names) const;
+  // AttrRows of the attributes named `attr_fields` (in the table's order) that are among
+  // `input_columns`; the others are left out (TorchEasyRec ignores them).
+  RecordBatch InputAttrRows(const std::vector<uint32_t>& items, const std::vector<std::string>& attr_fields,
+                            const std::vector<std::string>& input_columns) const;
 
  private:
   std::vector<int64_t> ids_;

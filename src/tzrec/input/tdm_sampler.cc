@@ -146,14 +146,7 @@ TdmSample TdmSampler::Sample(const std::vector<int64_t>& leaf_ids, std::mt19937_
 }
 
 RecordBatch TdmSampler::NodeRows(const std::vector<uint32_t>& nodes, const std::vector<std::string>& input_columns) const {
-  std::vector<size_t> attrs;
-  std::vector<std::string> names;
-  for (size_t a = 0; a < attr_fields_.size(); ++a) {
-    if (std::find(input_columns.begin(), input_columns.end(), attr_fields_[a]) == input_columns.end()) continue;
-    attrs.push_back(a);
-    names.push_back(attr_fields_[a]);
-  }
-  return nodes_->AttrRows(nodes, attrs, names);
+  return nodes_->InputAttrRows(nodes, attr_fields_, input_columns);
 }
 
 namespace {
