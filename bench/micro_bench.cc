@@ -14,6 +14,7 @@
 
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/input/dataset.h"
+#include "tzrec/pipeline/pipeline.h"
 #include "tzrec/input/sampler.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/protos/sampler.pb.h"
@@ -140,12 +141,11 @@ void AtenGemmBench() {
 void DataBench(const std::string& config_path, const std::string& input, int workers) {
   auto config = tzrec::LoadPipelineConfig(config_path);
   config.mutable_data_config()->set_num_workers(workers);
-  auto features = tzrec::CreateFeatures(config.feature_configs(), config.data_config());
-  std::vector<const tzrec::Feature*> ptrs;
-  for (auto& f : features) ptrs.push_back(f.get());
-  tzrec::Dataset dataset(config.data_config(), ptrs, input, tzrec::DatasetMode::kTrain, 1);
+  // The features and feature generator (FG configs) as training builds them.
+  auto pipeline = tzrec::BuildFeatures(config, tzrec::PipelineMode::kTrain);
+  auto dataset = pipeline->MakeDataset(input, tzrec::DatasetMode::kTrain, 1, nullptr);
   auto start = std::chrono::steady_clock::now();
-  auto stream = dataset.Open(0);
+  auto stream = dataset->Open(0);
   tzrec::ParsedBatch batch;
   int64_t rows = 0;
   while (stream->Next(&batch)) {
