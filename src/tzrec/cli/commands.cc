@@ -10,11 +10,13 @@
 #include "tzrec/dist/dist_check.h"
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/predict.h"
+#include "tzrec/serving/tdm_retrieval.h"
 #include "tzrec/serving/server.h"
 #include "tzrec/tools/launch.h"
 #include "tzrec/tools/faiss_index.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/tools/hitrate.h"
+#include "tzrec/tools/tdm_cluster_tree.h"
 #include "tzrec/tools/tdm_tree.h"
 #include "tzrec/train/trainer.h"
 
@@ -82,6 +84,8 @@ const std::map<std::string, Command>& Commands() {
       {"create_faiss_index", {CreateFaissIndexMain, "build a FAISS index of item tower embeddings"}},
       {"hitrate", {HitrateMain, "offline retrieval hit rate of user embeddings against item embeddings"}},
       {"tdm_init_tree", {TdmInitTreeMain, "build TDM's item tree and its node and edge tables"}},
+      {"tdm_cluster_tree", {TdmClusterTreeMain, "rebuild TDM's item tree by k-means over learnt item embeddings"}},
+      {"tdm_retrieval", {TdmRetrievalMain, "recall items per user by beam search down a TDM tree with an exported TDM"}},
       {"launch", {LaunchMain, "run a command as the local ranks of a distributed job (torchrun)"}},
       {"dist_check", {DistCheckMain, "check the process group's collectives across ranks"}},
   };

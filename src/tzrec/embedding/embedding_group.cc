@@ -167,10 +167,11 @@ void EmbeddingGroup::AddSequenceGroup(EmbeddingCollection* collection,
     }
     (feature->is_sequence() ? group.sequence : group.query).push_back(member);
   }
-  if (group.sequence.empty()) {
+  if (group.sequence.empty() && !options.query_only_sequence_groups) {
     Fail(where, ": sequence group '", name, "' has no sequence feature (its feature_names must include ",
          "at least one sequence feature, e.g. '<sequence_name>__<feature>')");
   }
+  if (group.sequence.empty() && group.query.empty()) Fail(where, ": sequence group '", name, "' has no features");
   sequence_groups_[name] = std::move(group);
   sequence_order_.push_back(name);
 }
@@ -265,6 +266,7 @@ void EmbeddingGroup::ForwardSequence(const std::string& name, const SequenceGrou
                                      const LookupOutputs& lookups, const Batch& batch,
                                      std::map<std::string, at::Tensor>* out) const {
   (*out)[name + ".query"] = ConcatPooled(group.query, lookups, batch);
+  if (group.sequence.empty()) return;  // query_only_sequence_groups
   std::vector<at::Tensor> values, lengths;
   bool same = true;
   for (const Member& m : group.sequence) {
@@ -432,6 +434,13 @@ std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const
   for (const std::string& name : sequence_order_) {
     const SequenceGroup& group = sequence_groups_.at(name);
     if (group.jagged) ScriptWriter::Unsupported("JAGGED_SEQUENCE group '" + name + "'");
+    if (group.sequence.empty()) {  // query_only_sequence_groups
+      std::vector<std::string> query;
+      for (const Member& m : group.query) query.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
+      if (query.empty()) ScriptWriter::Unsupported("sequence group '" + name + "' without features");
+      out[name + ".query"] = ScriptConcat(w, query, name + "_query", 1);
+      continue;
+    }
     // Steps per row of every sequence feature; the group pads them all to the longest (with
     // equal lengths, what Forward's concatenate-then-pad gives too).
     std::vector<std::string> lengths, steps;

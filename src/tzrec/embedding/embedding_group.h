@@ -59,6 +59,10 @@ class EmbeddingGroup {
     int wide_embedding_dim = 4;
     std::string table_prefix;  // prepended to every table name of this view
     std::string where = "model_config.feature_groups";  // config path of `groups` in errors
+    // SEQUENCE groups may hold query features only and then give only "<g>.query" (TDM's
+    // exported item embedding: the sequence group's query side, its tables named as in the
+    // whole model).
+    bool query_only_sequence_groups = false;
   };
   EmbeddingGroup(EmbeddingCollection* collection, const std::vector<const Feature*>& features,
                  const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,

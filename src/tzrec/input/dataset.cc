@@ -191,50 +191,11 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
   }
   if (mode != DatasetMode::kPredict && data_config.has_tdm_sampler()) {
     const std::string where = "data_config.tdm_sampler";
-    tdm_sampler_ = std::make_shared<const TdmSampler>(data_config.tdm_sampler(), where);
-    const std::set<std::string> attrs(tdm_sampler_->attr_fields().begin(), tdm_sampler_->attr_fields().end());
-    for (const Feature* feature : features_) {
-      std::vector<std::string> item_columns, other_columns;
-      for (const std::string& column : RawColumnsOf(*feature)) {
-        (attrs.count(column) ? item_columns : other_columns).push_back(column);
-      }
-      if (!item_columns.empty() && !other_columns.empty()) {
-        Fail(where, ": feature '", feature->name(), "' reads the tree nodes' attributes (", Join(item_columns, ", "),
-             ") and other columns (", Join(other_columns, ", "), "); sampled nodes repeat their row's other ",
-             "columns, so a feature must read one kind only");
-      }
-      if (!item_columns.empty()) tdm_item_features_.push_back(feature);
-    }
-    if (tdm_item_features_.empty()) {
-      Fail(where, ": its attr_fields and item_id_field are inputs of no feature, so sampled tree nodes would have no features");
-    }
-    want(tdm_sampler_->item_id_field());
+    auto sampler = std::make_shared<const TdmSampler>(data_config.tdm_sampler(), where);
+    want(sampler->item_id_field());
+    tdm_pairs_ = std::make_shared<const TdmPairs>(std::move(sampler), features_, generator_, options_.columns, where);
   }
   reader_ = DatasetReaderRegistry().Get(type_name)(data_config, &options_);
-}
-
-std::vector<std::string> Dataset::RawColumnsOf(const Feature& feature) const {
-  if (!generator_) return {feature.name()};
-  std::map<std::string, const fg::FeatureInfo*> infos;
-  for (const fg::FeatureInfo& info : generator_->features()) infos[info.name] = &info;
-  std::vector<std::string> columns;
-  std::vector<std::string> pending = {feature.name()};
-  std::set<std::string> visited;
-  while (!pending.empty()) {
-    const std::string name = pending.back();
-    pending.pop_back();
-    auto it = infos.find(name);
-    if (it == infos.end() || !visited.insert(name).second) continue;
-    for (const fg::FeatureInput& input : it->second->inputs) {
-      if (input.side == fg::Side::kConst) continue;
-      if (input.side == fg::Side::kFeature) {
-        pending.push_back(input.column);
-      } else if (std::find(columns.begin(), columns.end(), input.column) == columns.end()) {
-        columns.push_back(input.column);
-      }
-    }
-  }
-  return columns;
 }
 
 Dataset::~Dataset() = default;
@@ -291,8 +252,8 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
       for (size_t row = 0; row < column->size(); ++row) ids.push_back(IdAt(records, *column, row, what));
     }
   }
-  if (tdm_sampler_) {
-    const std::string& field = tdm_sampler_->item_id_field();
+  if (tdm_pairs_) {
+    const std::string& field = tdm_pairs_->sampler().item_id_field();
     const Column* column = records.Find(field);
     if (!column) Fail(records.source, ": the tdm_sampler's item id column '", field, "' is missing");
     std::vector<int64_t>& ids = parsed.id_columns[field];
@@ -311,35 +272,18 @@ ParsedBatch Dataset::ParseRecords(const RecordBatch& records) const {
 }
 
 void Dataset::ExpandTdmRows(ParsedBatch* batch, std::mt19937_64& rng) const {
-  const std::vector<int64_t> ids = std::move(batch->id_columns[tdm_sampler_->item_id_field()]);
+  const TdmSampler& sampler = tdm_pairs_->sampler();
+  const std::vector<int64_t> ids = std::move(batch->id_columns[sampler.item_id_field()]);
   batch->id_columns.clear();
-  const TdmSample sample = tdm_sampler_->Sample(ids, rng);
+  const TdmSample sample = sampler.Sample(ids, rng);
   std::vector<uint32_t> nodes = sample.positives;
   nodes.insert(nodes.end(), sample.negatives.begin(), sample.negatives.end());
-  RecordBatch records = tdm_sampler_->NodeRows(nodes, options_.columns);
-  // Columns the nodes do not have (the user's) are null there; only item features are kept.
-  const std::vector<std::string> inputs = generator_ ? generator_->input_columns() : std::vector<std::string>{};
-  for (const std::string& name : inputs) {
-    if (records.Find(name)) continue;
-    Column column;
-    column.name = name;
-    for (size_t i = 0; i < nodes.size(); ++i) column.AppendString({}, false);
-    records.columns.push_back(std::move(column));
-  }
-  ParsedBatch items = ParseFeatureRows(tdm_item_features_, generator_.get(), records);
   const int64_t rows = batch->size;
   std::vector<int64_t> repeat;
   repeat.reserve(nodes.size());
   for (int64_t r = 0; r < rows; ++r) repeat.insert(repeat.end(), sample.positives_per_row, r);
   for (int64_t r = 0; r < rows; ++r) repeat.insert(repeat.end(), sample.negatives_per_row, r);
-  ParsedBatch expanded = batch->TakeRows(repeat);
-  for (const Feature* feature : tdm_item_features_) {
-    if (feature->is_sparse()) {
-      expanded.sparse[feature->name()] = std::move(items.sparse.at(feature->name()));
-    } else {
-      expanded.dense[feature->name()] = std::move(items.dense.at(feature->name()));
-    }
-  }
+  ParsedBatch expanded = tdm_pairs_->Pair(*batch, repeat, tdm_pairs_->NodeFeatures(nodes));
   const size_t positives = sample.positives.size();
   for (auto& [name, labels] : expanded.labels) {
     std::fill(labels.begin(), labels.begin() + positives, 1.0f);
@@ -353,7 +297,7 @@ void Dataset::ExpandTdmRows(ParsedBatch* batch, std::mt19937_64& rng) const {
 }
 
 void Dataset::AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const {
-  if (tdm_sampler_) {
+  if (tdm_pairs_) {
     ExpandTdmRows(batch, rng);
     return;
   }

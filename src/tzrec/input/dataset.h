@@ -47,7 +47,7 @@
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/input/sampler.h"
-#include "tzrec/input/tdm_sampler.h"
+#include "tzrec/input/tdm_pairs.h"
 #include "tzrec/protos/data.pb.h"
 
 namespace tzrec {
@@ -123,7 +123,7 @@ class Dataset {
   // The negative sampler, or null.
   const Sampler* sampler() const { return sampler_.get(); }
   // The tdm_sampler, or null.
-  const TdmSampler* tdm_sampler() const { return tdm_sampler_.get(); }
+  const TdmSampler* tdm_sampler() const { return tdm_pairs_ ? &tdm_pairs_->sampler() : nullptr; }
   // Samples for a whole batch and appends the sampled rows (see above); no-op without sampler.
   void AddSampledRows(ParsedBatch* batch, std::mt19937_64& rng) const;
 
@@ -134,10 +134,7 @@ class Dataset {
   std::unique_ptr<DatasetReader> reader_;
   std::shared_ptr<const Sampler> sampler_;
   void ExpandTdmRows(ParsedBatch* batch, std::mt19937_64& rng) const;
-  // Raw data columns feature `feature` reads (through FG_DAG producers).
-  std::vector<std::string> RawColumnsOf(const Feature& feature) const;
-  std::shared_ptr<const TdmSampler> tdm_sampler_;
-  std::vector<const Feature*> tdm_item_features_;
+  std::shared_ptr<const TdmPairs> tdm_pairs_;
   bool force_base_data_group_ = false;
   std::unique_ptr<std::once_flag> first_sample_logged_ = std::make_unique<std::once_flag>();
 };

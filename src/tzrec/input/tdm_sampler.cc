@@ -9,7 +9,7 @@
 
 namespace tzrec {
 
-TdmSampler::TdmSampler(const protos::TDMSampler& config, const std::string& where)
+TdmSampler::TdmSampler(const protos::TDMSampler& config, const std::string& where, TdmTreeUse use)
     : where_(where), item_id_field_(config.item_id_field()) {
   if (item_id_field_.empty()) Fail(where, ".item_id_field is required");
   attr_fields_.assign(config.attr_fields().begin(), config.attr_fields().end());
@@ -19,7 +19,7 @@ TdmSampler::TdmSampler(const protos::TDMSampler& config, const std::string& wher
   const int levels = static_cast<int>(layer_num_sample_.size());
   if (levels < 2) Fail(where, ".layer_num_sample: one entry per tree level (at least 2), got ", levels);
   if (layer_num_sample_[0] != 0) Fail(where, ".layer_num_sample[0] must be 0 (the root has no negatives)");
-  if (config.num_eval_sample() > 0) {
+  if (use == TdmTreeUse::kTrain && config.num_eval_sample() > 0) {
     LOG_WARNING << where << ".num_eval_sample has no effect: the tdm_sampler draws layer_num_sample in evaluation too "
                 << "(as TorchEasyRec's)";
   }
@@ -55,6 +55,28 @@ TdmSampler::TdmSampler(const protos::TDMSampler& config, const std::string& wher
     }
     levels_[n] = static_cast<int>(level);
     if (level >= 0) level_nodes_[level].push_back(n);
+  }
+  const int64_t entry = nodes_->Find(-1);
+  if (use == TdmTreeUse::kRetrieve) {
+    if (entry < 0 || levels_[entry] != -1) {
+      Fail(where, ".item_input_path: no entry node -1 on level -1 (tdm_init_tree writes it; retrieval starts there)");
+    }
+    entry_node_ = static_cast<uint32_t>(entry);
+    if (config.predict_edge_input_path().empty()) Fail(where, ".predict_edge_input_path is required for retrieval");
+    children_ = LoadEdgeTable(config.predict_edge_input_path(), config.field_delimiter(), nodes_, "",
+                              where + ".predict_edge_input_path");
+    for (int level = 0; level < levels; ++level) {
+      if (level_nodes_[level].empty()) {
+        Fail(where, ": the tree has no node on level ", level, " but layer_num_sample has ", levels, " entries");
+      }
+    }
+    size_t roots = 0;
+    const uint32_t* root = Children(entry_node_, &roots);
+    if (roots != 1 || levels_[root[0]] != 0) {
+      Fail(where, ".predict_edge_input_path: the entry node -1 needs exactly one child, the root on level 0 (it has ",
+           roots, " children)");
+    }
+    return;
   }
   for (int level = 0; level < levels; ++level) {
     if (level_nodes_[level].empty()) {
@@ -99,6 +121,7 @@ std::vector<int> TdmSampler::KeptLevels(std::mt19937_64& rng) const {
 TdmSample TdmSampler::Sample(const std::vector<int64_t>& leaf_ids, std::mt19937_64& rng) const {
   const int levels = num_levels();
   const int leaf_level = levels - 1;
+  TZREC_CHECK(edges_ != nullptr, "TdmSampler::Sample needs a sampler built for training");
   TdmSample out;
   out.kept_levels = KeptLevels(rng);
   std::vector<int> negative_levels = out.kept_levels;
@@ -143,6 +166,11 @@ TdmSample TdmSampler::Sample(const std::vector<int64_t>& leaf_ids, std::mt19937_
     }
   }
   return out;
+}
+
+const uint32_t* TdmSampler::Children(uint32_t index, size_t* count) const {
+  TZREC_CHECK(children_ != nullptr, "TdmSampler::Children needs a sampler built for retrieval");
+  return children_->Begin(nodes_->id(index), count);
 }
 
 RecordBatch TdmSampler::NodeRows(const std::vector<uint32_t>& nodes, const std::vector<std::string>& input_columns) const {

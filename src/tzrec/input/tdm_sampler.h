@@ -17,6 +17,10 @@
 // level i by 1 / (L - 1 - i)). Rows are laid out as TorchEasyRec's expand_tdm_sample wants
 // them: all of row 0's positives, then row 1's, ...; the same for negatives.
 //
+// Built for retrieval (TdmTreeUse::kRetrieve) it reads predict_edge_input_path instead of the
+// edge table: each node to its children (the entry node -1 to the root), the tree tdm_retrieval
+// walks down; Sample() is not available then.
+//
 // Thread safety: immutable after construction; Sample() may run on many threads at once, each
 // with its own random engine.
 #pragma once
@@ -41,10 +45,12 @@ struct TdmSample {
   std::vector<int> kept_levels;  // the middle levels of this batch, ascending
 };
 
+enum class TdmTreeUse { kTrain, kRetrieve };
+
 class TdmSampler {
  public:
   // `where` names the config message ("data_config.tdm_sampler").
-  TdmSampler(const protos::TDMSampler& config, const std::string& where);
+  TdmSampler(const protos::TDMSampler& config, const std::string& where, TdmTreeUse use = TdmTreeUse::kTrain);
 
   // `leaf_ids`: each row's item id (a leaf of the tree); fails naming an id that is no leaf.
   TdmSample Sample(const std::vector<int64_t>& leaf_ids, std::mt19937_64& rng) const;
@@ -52,6 +58,12 @@ class TdmSampler {
   // Sampled nodes as attribute columns (the attr_fields, tree_level and item id included, that
   // are in `input_columns`), one row per node of `nodes`.
   RecordBatch NodeRows(const std::vector<uint32_t>& nodes, const std::vector<std::string>& input_columns) const;
+
+  // Retrieval: the children of node `index` (node indices, table order); the root's parent is
+  // the entry node -1 (`entry_node()`).
+  const uint32_t* Children(uint32_t index, size_t* count) const;
+  // Index of the entry node -1 (level -1), whose only child is the root.
+  uint32_t entry_node() const { return entry_node_; }
 
   int num_levels() const { return static_cast<int>(layer_num_sample_.size()); }
   // Level of node `index` (-1 for the entry node -1).
@@ -71,7 +83,9 @@ class TdmSampler {
   double remain_ratio_ = 1.0;
   std::vector<double> level_probability_;  // middle levels 1 .. L-2
   std::shared_ptr<const SamplerItemTable> nodes_;
-  std::shared_ptr<const SamplerEdgeTable> edges_;
+  std::shared_ptr<const SamplerEdgeTable> edges_;     // training: leaf -> ancestors
+  std::shared_ptr<const SamplerEdgeTable> children_;  // retrieval: parent -> children
+  uint32_t entry_node_ = 0;
   std::vector<int> levels_;                         // per node
   std::vector<std::vector<uint32_t>> level_nodes_;  // per level
   std::vector<AliasTable> level_alias_;             // per level, by node weight

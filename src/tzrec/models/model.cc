@@ -188,12 +188,19 @@ void Model::SetTower(const std::string& tower) {
   tower_ = tower;
 }
 
+std::vector<Model::ExportPart> Model::ExportParts() const {
+  if (!is_match_model()) return {ExportPart{}};
+  std::vector<ExportPart> parts;
+  for (const std::string& tower : TowerNames()) parts.push_back(ExportPart{tower, tower, true});
+  return parts;
+}
+
 std::vector<int64_t> Model::TowerOutputShape(const std::string& tower) const {
   Fail("model has no tower '", tower, "'");
 }
 
 std::map<std::string, std::vector<int64_t>> Model::OutputShapes() const {
-  if (!tower_.empty()) return {{tower_ + "_tower_emb", TowerOutputShape(tower_)}};
+  if (!tower_.empty()) return {{TowerOutputName(tower_), TowerOutputShape(tower_)}};
   Predictions probe;
   for (const auto& head : heads_) head->AddPredictions(at::zeros({1, head->num_class()}), &probe);
   std::map<std::string, std::vector<int64_t>> shapes;

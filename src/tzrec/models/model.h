@@ -85,6 +85,17 @@ class Model : public torch::nn::Module {
   const std::string& tower() const { return tower_; }
   // Built as one tower alone (ModelContext::tower).
   bool tower_only() const { return !built_tower_.empty(); }
+  // Name of tower `tower`'s output: "<tower>_tower_emb" (TDM's embedding tower: "item_emb").
+  virtual std::string TowerOutputName(const std::string& tower) const { return tower + "_tower_emb"; }
+  // The directories export writes: the whole model in the export directory itself, or a
+  // retrieval model's towers in user/ and item/, or TDM's embedding/ (its item embedding
+  // tower) and model/ (the whole model). --asset_files go where `assets` is set.
+  struct ExportPart {
+    std::string dir;    // "" = the export directory itself
+    std::string tower;  // "" = the whole model
+    bool assets = true;
+  };
+  virtual std::vector<ExportPart> ExportParts() const;
   // What Predict returns in inference, before any data is seen: name -> the output's dims after
   // the batch dimension ({} for [B], {D} for [B, D], {K, D} for MIND's interests), by name.
   std::map<std::string, std::vector<int64_t>> OutputShapes() const;

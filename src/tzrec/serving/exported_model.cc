@@ -231,6 +231,11 @@ nlohmann::json ReadExportManifest(const std::string& export_dir) {
       IsExportDir(JoinPath(export_dir, "item"))) {
     Fail("'", export_dir, "' holds the towers of a retrieval model: use its user/ or item/ directory");
   }
+  if (!PathExists(path) && IsExportDir(JoinPath(export_dir, "model")) &&
+      IsExportDir(JoinPath(export_dir, "embedding"))) {
+    Fail("'", export_dir, "' holds a TDM export: use its model/ directory (the ranker; tdm_retrieval) or ",
+         "embedding/ (the item embeddings; tdm_cluster_tree)");
+  }
   if (!PathExists(path)) Fail("'", export_dir, "' is not an export directory (no ", kExportManifestFile, ")");
   Json manifest = Json::parse(ReadFileToString(path), nullptr, false);
   if (manifest.is_discarded() || !manifest.is_object()) Fail(path, ": not a JSON object");
@@ -467,30 +472,28 @@ std::string ExportModel(const ExportOptions& options) {
   settings.step = LatestCheckpoint(settings.checkpoint)->step;
 
   // A retrieval model exports each tower alone (TorchEasyRec's user/ and item/ directories),
-  // with only the tower's features, tables and weights: each side is scored on its own.
-  std::vector<std::string> towers;
+  // with only the tower's features, tables and weights: each side is scored on its own. TDM
+  // exports its item embedding tower (embedding/) and the whole model (model/).
+  std::vector<Model::ExportPart> parts;
   {
     std::unique_ptr<Pipeline> features = BuildFeatures(config, PipelineMode::kPredict);
-    std::shared_ptr<Model> definition = CreateModel(ModelContextOf(*features));
-    if (definition->is_match_model()) towers = definition->TowerNames();
+    parts = CreateModel(ModelContextOf(*features))->ExportParts();
   }
 
   // Everything goes into a hidden sibling first.
   const std::string staging = TempSiblingPath(export_dir);
   RemoveAll(staging);
   try {
-    if (towers.empty()) {
-      std::unique_ptr<Pipeline> pipeline = RestoredPipeline(config, "", settings.checkpoint);
-      WriteExportDir(settings, config, *pipeline, export_dir, staging);
-    } else {
-      MakeDirs(staging);
-      for (const std::string& tower : towers) {
-        const protos::EasyRecConfig tower_config = TowerExportConfig(config, tower);
-        std::unique_ptr<Pipeline> pipeline = RestoredPipeline(tower_config, tower, settings.checkpoint);
-        WriteExportDir(settings, tower_config, *pipeline, JoinPath(export_dir, tower), JoinPath(staging, tower));
-      }
-      SyncDirectory(staging);
+    for (const Model::ExportPart& part : parts) {
+      const protos::EasyRecConfig part_config = part.tower.empty() ? config : TowerExportConfig(config, part.tower);
+      std::unique_ptr<Pipeline> pipeline = RestoredPipeline(part_config, part.tower, settings.checkpoint);
+      ExportSettings part_settings = settings;
+      if (!part.assets) part_settings.extra_files.clear();
+      const std::string final_dir = part.dir.empty() ? export_dir : JoinPath(export_dir, part.dir);
+      const std::string staged = part.dir.empty() ? staging : JoinPath(staging, part.dir);
+      WriteExportDir(part_settings, part_config, *pipeline, final_dir, staged);
     }
+    SyncDirectory(staging);
     if (PathExists(export_dir)) Fail("export_dir '", options.export_dir, "' appeared while exporting");
     if (std::rename(staging.c_str(), export_dir.c_str()) != 0) {
       Fail("cannot rename ", staging, " to ", export_dir, ": ", std::strerror(errno));

@@ -8,6 +8,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/tools/tdm_tree.h"
 
 namespace tzrec {
@@ -289,6 +290,32 @@ std::map<std::string, std::string> RetrievalPlan::WriteTables(const std::string&
     }
     const std::string tree_dir = JoinPath(dir, "tdm_tree");
     tree.WriteNodeEdgeTables(tree_dir, attr_delimiter_.empty() ? "," : attr_delimiter_);
+    tree.WriteServingTree(tree_dir);
+    paths["serving_tree"] = JoinPath(tree_dir, "serving_tree");
+    // The items with their data columns (text), what predict through the export's embedding/
+    // directory reads before tdm_cluster_tree.
+    std::vector<std::string> columns = {item_id_column_};
+    for (const auto& column : item_columns_) {
+      if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
+    }
+    RecordBatch items;
+    std::vector<ParquetFieldSpec> fields;
+    for (const auto& column : columns) {
+      fields.push_back(ParquetFieldSpec::Plain(column, ParquetType::kString));
+      Column& out = items.columns.emplace_back();
+      out.name = column;
+      for (int64_t i = 1; i <= options_.items; ++i) {
+        auto it = item_cells_[i - 1].find(column);
+        out.AppendString(it == item_cells_[i - 1].end() ? std::string() : it->second, it != item_cells_[i - 1].end());
+      }
+    }
+    for (int64_t i = 1; i <= options_.items; ++i) items.line_numbers.push_back(i);
+    const std::string item_path = JoinPath(dir, "item_data/part-0.parquet");
+    MakeDirs(JoinPath(dir, "item_data"));
+    ParquetFileWriter writer(item_path, fields);
+    writer.Write(items);
+    writer.Close();
+    paths["item_data"] = item_path;
     paths["node_table"] = JoinPath(tree_dir, "node_table.txt");
     paths["edge_table"] = JoinPath(tree_dir, "edge_table.txt");
     paths["predict_edge_table"] = JoinPath(tree_dir, "predict_edge_table.txt");

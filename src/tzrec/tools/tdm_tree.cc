@@ -106,13 +106,6 @@ TdmTree::TdmTree(std::vector<Leaf> leaves, int64_t n_cluster, const std::vector<
   std::stable_sort(leaves.begin(), leaves.end(), [](const Leaf& a, const Leaf& b) {
     return a.cate != b.cate ? a.cate < b.cate : a.id < b.id;
   });
-  std::vector<int64_t> ids;
-  for (const auto& leaf : leaves) ids.push_back(leaf.id);
-  std::sort(ids.begin(), ids.end());
-  for (size_t i = 1; i < ids.size(); ++i) {
-    if (ids[i] == ids[i - 1]) Fail("tdm tree: item id ", ids[i], " appears twice");
-  }
-  if (ids.front() < 0) Fail("tdm tree: item ids must be >= 0 (-1 stands for the root), got ", ids.front());
   const int64_t n = n_cluster;
   const int64_t count = static_cast<int64_t>(leaves.size());
   // Codes: the i-th of n runs of node `code` is n * code + n - i.
@@ -132,6 +125,42 @@ TdmTree::TdmTree(std::vector<Leaf> leaves, int64_t n_cluster, const std::vector<
       stack.emplace_back(left, right, n * code + n - i);
     }
   }
+  Build(std::move(leaves), std::move(codes), numeric_attrs, integer_raw_attrs);
+}
+
+TdmTree::TdmTree(std::vector<Leaf> leaves, std::vector<int64_t> codes, int64_t n_cluster,
+                 const std::vector<bool>& numeric_attrs, const std::vector<bool>& integer_raw_attrs)
+    : n_cluster_(n_cluster) {
+  if (n_cluster < 2) Fail("tdm tree: --n_cluster must be >= 2, got ", n_cluster);
+  if (leaves.size() < 2) Fail("tdm tree: at least 2 items are needed, got ", leaves.size());
+  TZREC_CHECK(codes.size() == leaves.size(), "one code per leaf");
+  std::vector<int64_t> sorted = codes;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    TZREC_CHECK(sorted[i] > 0, "tdm tree: leaf code ", sorted[i], " (the root is no leaf)");
+    TZREC_CHECK(i == 0 || sorted[i] != sorted[i - 1], "tdm tree: leaf code ", sorted[i], " given twice");
+  }
+  // No leaf may be another's ancestor.
+  for (int64_t code : sorted) {
+    for (int64_t ancestor : Ancestors(code)) {
+      TZREC_CHECK(!std::binary_search(sorted.begin(), sorted.end(), ancestor), "tdm tree: leaf code ", ancestor,
+                  " is an ancestor of leaf code ", code);
+    }
+  }
+  Build(std::move(leaves), std::move(codes), numeric_attrs, integer_raw_attrs);
+}
+
+void TdmTree::Build(std::vector<Leaf> leaves, std::vector<int64_t> codes, const std::vector<bool>& numeric_attrs,
+                    const std::vector<bool>& integer_raw_attrs) {
+  std::vector<int64_t> ids;
+  for (const auto& leaf : leaves) ids.push_back(leaf.id);
+  std::sort(ids.begin(), ids.end());
+  for (size_t i = 1; i < ids.size(); ++i) {
+    if (ids[i] == ids[i - 1]) Fail("tdm tree: item id ", ids[i], " appears twice");
+  }
+  if (ids.front() < 0) Fail("tdm tree: item ids must be >= 0 (-1 stands for the root), got ", ids.front());
+  const int64_t n = n_cluster_;
+  const int64_t count = static_cast<int64_t>(leaves.size());
   // Every leaf on the last level (the deepest a run reached): a shallower leaf moves to its
   // leftmost descendant there.
   auto depth = [&](int64_t code) { return static_cast<int64_t>(Ancestors(code).size()); };
@@ -291,14 +320,16 @@ void TdmTree::WriteServingTree(const std::string& dir) const {
   WriteFileAtomic(JoinPath(dir, "serving_tree"), text);
 }
 
-TdmTree BuildTdmTree(const TdmTreeOptions& options) {
+std::vector<TdmTree::Leaf> ReadTdmLeaves(const TdmTreeOptions& options, const std::vector<std::string>& extra_columns,
+                                         const std::function<void(const RecordBatch&, size_t)>& on_row,
+                                         std::vector<bool>* numeric, std::vector<bool>* integer) {
   if (options.item_id_field.empty()) Fail("--item_id_field is required");
-  if (options.cate_id_field.empty()) Fail("--cate_id_field is required");
   for (const auto& attr : options.attr_fields) {
     if (attr == options.item_id_field) Fail("--attr_fields: the item id field '", attr, "' is not an attribute");
   }
-  std::vector<std::string> columns = {options.item_id_field, options.cate_id_field};
-  for (const auto& list : {options.attr_fields, options.raw_attr_fields}) {
+  std::vector<std::string> columns = {options.item_id_field};
+  if (!options.cate_id_field.empty()) columns.push_back(options.cate_id_field);
+  for (const auto& list : {options.attr_fields, options.raw_attr_fields, extra_columns}) {
     for (const auto& name : list) {
       if (std::find(columns.begin(), columns.end(), name) == columns.end()) columns.push_back(name);
     }
@@ -306,11 +337,11 @@ TdmTree BuildTdmTree(const TdmTreeOptions& options) {
   std::vector<TdmTree::Leaf> leaves;
   ForEachTableBatch(options.item_input_path, options.reader_type, columns, 4096, [&](const RecordBatch& batch) {
     const Column* id = batch.Find(options.item_id_field);
-    const Column* cate = batch.Find(options.cate_id_field);
+    const Column* cate = options.cate_id_field.empty() ? nullptr : batch.Find(options.cate_id_field);
     for (size_t row = 0; row < batch.num_rows(); ++row) {
       TdmTree::Leaf leaf;
       leaf.id = IdAt(batch, *id, row, "--item_id_field '" + options.item_id_field + "'");
-      leaf.cate = CellText(*cate, row);
+      if (cate) leaf.cate = CellText(*cate, row);
       for (const auto& name : options.attr_fields) leaf.attrs.push_back(CellText(*batch.Find(name), row));
       for (const auto& name : options.raw_attr_fields) {
         leaf.raw_attrs.push_back(CellText(*batch.Find(name), row));
@@ -320,12 +351,25 @@ TdmTree BuildTdmTree(const TdmTreeOptions& options) {
                "', not a number");
         }
       }
+      if (on_row) on_row(batch, row);
       leaves.push_back(std::move(leaf));
     }
   });
-  std::vector<bool> numeric(options.attr_fields.size()), integer(options.raw_attr_fields.size());
-  for (size_t a = 0; a < numeric.size(); ++a) numeric[a] = AllMatch(leaves, a, false, IsNumber);
-  for (size_t a = 0; a < integer.size(); ++a) integer[a] = AllMatch(leaves, a, true, IsInteger);
+  if (numeric) {
+    numeric->assign(options.attr_fields.size(), false);
+    for (size_t a = 0; a < numeric->size(); ++a) (*numeric)[a] = AllMatch(leaves, a, false, IsNumber);
+  }
+  if (integer) {
+    integer->assign(options.raw_attr_fields.size(), false);
+    for (size_t a = 0; a < integer->size(); ++a) (*integer)[a] = AllMatch(leaves, a, true, IsInteger);
+  }
+  return leaves;
+}
+
+TdmTree BuildTdmTree(const TdmTreeOptions& options) {
+  if (options.cate_id_field.empty()) Fail("--cate_id_field is required");
+  std::vector<bool> numeric, integer;
+  std::vector<TdmTree::Leaf> leaves = ReadTdmLeaves(options, {}, nullptr, &numeric, &integer);
   TdmTree tree(std::move(leaves), options.n_cluster, numeric, integer);
   tree.SetAttrNames(options.attr_fields, options.raw_attr_fields);
   return tree;

@@ -31,8 +31,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "tzrec/data/record_batch.h"
 
 namespace tzrec {
 
@@ -71,6 +74,10 @@ class TdmTree {
   // `integer_raw_attrs[i]`: raw attribute column i holds integers (means are rounded).
   TdmTree(std::vector<Leaf> leaves, int64_t n_cluster, const std::vector<bool>& numeric_attrs,
           const std::vector<bool>& integer_raw_attrs);
+  // The tree of leaves with the codes `codes` (tdm_cluster_tree's), each leaf then moved to
+  // the last level as above. Codes must be distinct, > 0, and no leaf another's ancestor.
+  TdmTree(std::vector<Leaf> leaves, std::vector<int64_t> codes, int64_t n_cluster,
+          const std::vector<bool>& numeric_attrs, const std::vector<bool>& integer_raw_attrs);
 
   int64_t n_cluster() const { return n_cluster_; }
   // Levels, root first; each the codes of its nodes, ascending.
@@ -85,12 +92,23 @@ class TdmTree {
   void WriteServingTree(const std::string& dir) const;
 
  private:
+  void Build(std::vector<Leaf> leaves, std::vector<int64_t> codes, const std::vector<bool>& numeric_attrs,
+             const std::vector<bool>& integer_raw_attrs);
+
   int64_t n_cluster_;
   std::vector<int32_t> index_;  // code -> position in nodes_, -1 when absent
   std::vector<Node> nodes_;
   std::vector<std::vector<int64_t>> levels_;
   std::vector<std::string> attr_names_, raw_attr_names_;
 };
+
+// The items of `options.item_input_path` as leaves (category, attributes, raw attributes as
+// text; raw attributes must be numbers); `on_row`, when set, also sees each row, which holds
+// `extra_columns` too. `numeric` / `integer` (set when not null): per attribute column, whether
+// all its values are numbers, per raw attribute column whether all are integers.
+std::vector<TdmTree::Leaf> ReadTdmLeaves(const TdmTreeOptions& options, const std::vector<std::string>& extra_columns,
+                                         const std::function<void(const RecordBatch&, size_t)>& on_row,
+                                         std::vector<bool>* numeric, std::vector<bool>* integer);
 
 // Reads the items of `options` and builds their tree.
 TdmTree BuildTdmTree(const TdmTreeOptions& options);
