@@ -340,6 +340,17 @@ void TdmTrains(const std::string& config_name, const std::string& extra_edits, b
                                dir.File("learnt_tree/predict_edge_table.txt") + "\"}";
   EXPECT_EQ(TdmRetrieve(on_learnt).users, 40);
   EXPECT_TRUE(PathExists(dir.File("recall_learnt/part-0.parquet")));
+  // Bad inputs fail naming what is wrong, writing nothing.
+  TdmRetrievalOptions bad = on_learnt;
+  bad.predict_output_path = dir.File("recall_bad");
+  bad.scripted_model_path = dir.File("export");
+  EXPECT_TZREC_ERROR(TdmRetrieve(bad), "holds a TDM export: use its model/ directory");
+  bad.scripted_model_path = dir.File("export/embedding");
+  EXPECT_TZREC_ERROR(TdmRetrieve(bad), "is not the model/ directory of a TDM export");
+  bad.scripted_model_path = dir.File("export/model");
+  bad.recall_num = 0;
+  EXPECT_TZREC_ERROR(TdmRetrieve(bad), "--recall_num must be positive");
+  EXPECT_FALSE(PathExists(dir.File("recall_bad")));
 }
 
 TEST(TdmMock, TrainsExportsClustersAndRetrieves) { TdmTrains("tdm_fg_mock.config", "", true); }

@@ -166,6 +166,38 @@ TEST(TdmSampler, RemainRatioKeepsMiddleLevelsByTheirProbability) {
   EXPECT_LT(kept[3], kept[4]);
 }
 
+TEST(TdmSampler, RetrievalWalksThePredictEdges) {
+  TempDir dir;
+  const TdmTree tree = WriteTree(dir, 20);
+  TdmSampler walk(SamplerConfig(dir, {0, 1, 1, 2, 3, 4}), "data_config.tdm_sampler", TdmTreeUse::kRetrieve);
+  const SamplerItemTable& nodes = walk.nodes();
+  size_t count = 0;
+  const uint32_t* root = walk.Children(walk.entry_node(), &count);
+  ASSERT_EQ(count, 1u);
+  EXPECT_EQ(nodes.id(root[0]), tree.node(0).id);
+  EXPECT_EQ(walk.level(walk.entry_node()), -1);
+  // Every node's children are the tree's, in code order, a level further down.
+  for (const auto& level : tree.levels()) {
+    for (int64_t code : level) {
+      const int64_t index = nodes.Find(tree.node(code).id);
+      ASSERT_GE(index, 0);
+      const uint32_t* children = walk.Children(static_cast<uint32_t>(index), &count);
+      ASSERT_EQ(count, tree.node(code).children.size()) << code;
+      for (size_t c = 0; c < count; ++c) {
+        EXPECT_EQ(nodes.id(children[c]), tree.node(tree.node(code).children[c]).id);
+        EXPECT_EQ(walk.level(children[c]), walk.level(static_cast<uint32_t>(index)) + 1);
+      }
+    }
+  }
+  // Retrieval needs the predict edges and the entry node; training draws are refused.
+  protos::TDMSampler no_edges = SamplerConfig(dir, {0, 1, 1, 2, 3, 4});
+  no_edges.clear_predict_edge_input_path();
+  EXPECT_TZREC_ERROR(TdmSampler(no_edges, "data_config.tdm_sampler", TdmTreeUse::kRetrieve),
+                   "data_config.tdm_sampler.predict_edge_input_path is required for retrieval");
+  std::mt19937_64 rng(1);
+  EXPECT_THROW(walk.Sample({3}, rng), std::exception);
+}
+
 TEST(TdmSampler, ConfigAndDataErrors) {
   TempDir dir;
   WriteTree(dir, 8);

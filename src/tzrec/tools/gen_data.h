@@ -128,7 +128,8 @@ struct GenDataResult {
   std::vector<std::pair<std::string, std::string>> sequence_pairs;
   double sequence_match_rate = 0.0;
   // Configs with a negative sampler: the sampler tables written (gen_data_retrieval.h) by name
-  // (item_table, user_table, pos_edge_table, hard_neg_edge_table).
+  // (item_table, user_table, pos_edge_table, hard_neg_edge_table; for a tdm_sampler node_table,
+  // edge_table, predict_edge_table, serving_tree and item_data, the items with their columns).
   std::map<std::string, std::string> sampler_tables;
 };
 
