@@ -27,6 +27,7 @@
 #include "tzrec/data/parquet/parquet_reader.h"
 #include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/serving/exported_model.h"
+#include "tzrec/serving/output_part.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/runtime.h"
 
@@ -34,15 +35,6 @@ namespace tzrec {
 namespace {
 
 constexpr char kAllColumns[] = "ALL_COLUMNS";
-
-std::vector<std::string> CommaList(const std::string& text) {
-  std::vector<std::string> out;
-  for (const std::string& item : Split(text, ",")) {
-    std::string trimmed(Trim(item));
-    if (!trimmed.empty()) out.push_back(trimmed);
-  }
-  return out;
-}
 
 // Every column of the input, in file order (for --reserved_columns=ALL_COLUMNS).
 std::vector<std::string> AllInputColumns(const protos::DataConfig& data, const std::string& input_path) {
@@ -363,17 +355,7 @@ int64_t Predict(const PredictOptions& options) {
   if (options.batch_size < 0 || options.predict_steps < 0 || options.predict_threads < 0) {
     Fail("--batch_size, --predict_steps and --predict_threads must not be negative");
   }
-  auto adjust = [&](protos::EasyRecConfig* config) {
-    if (!options.edit_config_json.empty()) EditConfigJson(config, options.edit_config_json);
-    if (options.batch_size > 0) config->mutable_data_config()->set_batch_size(options.batch_size);
-    if (!options.dataset_type.empty()) {
-      protos::DatasetType type;
-      if (!protos::DatasetType_Parse(options.dataset_type, &type)) {
-        Fail("--dataset_type=", options.dataset_type, ": unknown dataset type");
-      }
-      config->mutable_data_config()->set_dataset_type(type);
-    }
-  };
+  const auto adjust = ScoringConfigEdits(options.edit_config_json, options.batch_size, options.dataset_type);
   std::unique_ptr<DistContext> dist = DistContext::FromEnvironment();
   std::unique_ptr<Pipeline> pipeline;
   if (!options.scripted_model_path.empty()) {
@@ -400,14 +382,7 @@ int64_t Predict(const PredictOptions& options) {
                       restore);
   }
   const protos::DataConfig& data = pipeline->config.data_config();
-  std::string writer_type = options.writer_type;
-  if (writer_type.empty()) {
-    writer_type = data.dataset_type() == protos::ParquetDataset ? "ParquetWriter" : "CsvWriter";
-  }
-  if (writer_type != "CsvWriter" && writer_type != "ParquetWriter") {
-    Fail("--writer_type=", writer_type, ": not supported (CsvWriter, ParquetWriter)");
-  }
-  const bool parquet = writer_type == "ParquetWriter";
+  const bool parquet = WritesParquet(options.writer_type, data);
 
   std::vector<std::string> reserved = CommaList(options.reserved_columns);
   if (reserved.size() == 1 && reserved[0] == kAllColumns) {
@@ -445,19 +420,10 @@ int64_t Predict(const PredictOptions& options) {
   const std::vector<const Feature*> features = pipeline->FeaturePointers();
 
   const int rank = dist->rank();
-  const std::string ext = parquet ? "parquet" : "csv";
-  const std::string part_name = StrCat("part-", rank, ".", ext);
-  const std::string final_path = JoinPath(options.predict_output_path, part_name);
-  if (PathExists(final_path)) {
-    Fail("--predict_output_path: '", final_path, "' exists already (choose another directory)");
-  }
+  OutputPart part(options.predict_output_path, rank, parquet ? "parquet" : "csv", "predict");
   std::unique_ptr<Dataset> dataset = pipeline->MakeDataset(
       options.predict_input_path, DatasetMode::kPredict, DataSeed(), dist.get(), reserved);
-  MakeDirs(options.predict_output_path);
-  const std::string staging = JoinPath(options.predict_output_path, StrCat(".predict-rank-", rank));
-  RemoveAll(staging);
-  MakeDirs(staging);
-  const std::string staged_path = JoinPath(staging, part_name);
+  const std::string staged_path = part.Stage();
 
   const int previous_threads = at::get_num_threads();
   if (options.predict_threads > 0) at::set_num_threads(options.predict_threads);
@@ -491,22 +457,10 @@ int64_t Predict(const PredictOptions& options) {
     failure = std::current_exception();
   }
   at::set_num_threads(previous_threads);
-  // Parts become visible only when every rank succeeded.
-  std::vector<double> failed = {failure ? 1.0 : 0.0};
-  if (dist->comm()) dist->comm()->AllReduceSum(&failed);
-  if (failure || failed[0] > 0) {
-    RemoveAll(staging);
-    if (failure) std::rethrow_exception(failure);
-    Fail("predict failed on ", static_cast<int>(failed[0]), " other rank(s); nothing committed");
-  }
-  if (std::rename(staged_path.c_str(), final_path.c_str()) != 0) {
-    Fail("cannot move ", staged_path, " to ", final_path, ": ", std::strerror(errno));
-  }
-  RemoveAll(staging);
-  SyncDirectory(options.predict_output_path);
+  part.Commit(failure, dist->comm(), "predict");  // visible only when every rank succeeded
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  LOG_INFO << "Predict: wrote " << rows_written << " rows to " << final_path << " in "
+  LOG_INFO << "Predict: wrote " << rows_written << " rows to " << part.final_path() << " in "
            << seconds << " s (" << static_cast<int64_t>(rows_written / std::max(seconds, 1e-9))
            << " rows/s)";
   return rows_written;

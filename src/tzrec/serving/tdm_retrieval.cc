@@ -16,11 +16,11 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
-#include "tzrec/config/edit_config.h"
 #include "tzrec/data/csv_reader.h"
 #include "tzrec/data/parquet/parquet_writer.h"
 #include "tzrec/input/tdm_pairs.h"
 #include "tzrec/serving/exported_model.h"
+#include "tzrec/serving/output_part.h"
 #include "tzrec/train/runtime.h"
 
 namespace tzrec {
@@ -30,15 +30,6 @@ constexpr char kRecallColumn[] = "recall_ids";
 // Pair rows per forward: a level's pairs (users x 2 * n_cluster * recall_num) are scored in
 // slices of this many rows, so memory does not grow with recall_num or the user batch.
 constexpr int64_t kPairRowsPerForward = 4096;
-
-std::vector<std::string> CommaList(const std::string& text) {
-  std::vector<std::string> out;
-  for (const std::string& item : Split(text, ",")) {
-    std::string name(Trim(item));
-    if (!name.empty()) out.push_back(name);
-  }
-  return out;
-}
 
 // Writes one part file: the reserved columns, then recall_ids.
 class RecallWriter {
@@ -258,19 +249,10 @@ TdmRetrievalResult TdmRetrieve(const TdmRetrievalOptions& options) {
   if (options.batch_size < 0 || options.predict_threads < 0) {
     Fail("--batch_size and --predict_threads must not be negative");
   }
-  auto adjust = [&](protos::EasyRecConfig* config) {
-    if (!options.edit_config_json.empty()) EditConfigJson(config, options.edit_config_json);
-    if (options.batch_size > 0) config->mutable_data_config()->set_batch_size(options.batch_size);
-    if (!options.dataset_type.empty()) {
-      protos::DatasetType type;
-      if (!protos::DatasetType_Parse(options.dataset_type, &type)) {
-        Fail("--dataset_type=", options.dataset_type, ": unknown dataset type");
-      }
-      config->mutable_data_config()->set_dataset_type(type);
-    }
-  };
   std::unique_ptr<DistContext> dist = DistContext::FromEnvironment();
-  std::unique_ptr<Pipeline> pipeline = LoadExportedPipeline(options.scripted_model_path, PipelineMode::kPredict, adjust);
+  std::unique_ptr<Pipeline> pipeline = LoadExportedPipeline(
+      options.scripted_model_path, PipelineMode::kPredict,
+      ScoringConfigEdits(options.edit_config_json, options.batch_size, options.dataset_type));
   const protos::EasyRecConfig& config = pipeline->config;
   if (config.model_config().model_case() != protos::ModelConfig::kTdm || !pipeline->tower.empty()) {
     Fail("--scripted_model_path: '", options.scripted_model_path, "' is not the model/ directory of a TDM export");
@@ -279,12 +261,7 @@ TdmRetrievalResult TdmRetrieve(const TdmRetrievalOptions& options) {
     Fail(options.scripted_model_path, "/pipeline.config: data_config.tdm_sampler (the tree) is required");
   }
   const protos::DataConfig& data = config.data_config();
-  std::string writer_type = options.writer_type;
-  if (writer_type.empty()) writer_type = data.dataset_type() == protos::ParquetDataset ? "ParquetWriter" : "CsvWriter";
-  if (writer_type != "CsvWriter" && writer_type != "ParquetWriter") {
-    Fail("--writer_type=", writer_type, ": not supported (CsvWriter, ParquetWriter)");
-  }
-  const bool parquet = writer_type == "ParquetWriter";
+  const bool parquet = WritesParquet(options.writer_type, data);
   const std::string where = "data_config.tdm_sampler";
   auto tree = std::make_shared<const TdmSampler>(data.tdm_sampler(), where, TdmTreeUse::kRetrieve);
   const std::string& item_id_field = tree->item_id_field();
@@ -301,18 +278,11 @@ TdmRetrievalResult TdmRetrieve(const TdmRetrievalOptions& options) {
   const int leaf_level = tree->num_levels() - 1;
   const int first_level = TdmFirstRecallLevel(options.n_cluster, options.recall_num, leaf_level);
 
-  const int rank = dist->rank();
-  const std::string part_name = StrCat("part-", rank, ".", parquet ? "parquet" : "csv");
-  const std::string final_path = JoinPath(options.predict_output_path, part_name);
-  if (PathExists(final_path)) Fail("--predict_output_path: '", final_path, "' exists already (choose another directory)");
+  OutputPart part(options.predict_output_path, dist->rank(), parquet ? "parquet" : "csv", "tdm-retrieval");
   std::unique_ptr<Dataset> dataset = pipeline->MakeDataset(options.predict_input_path, DatasetMode::kPredict,
                                                            DataSeed(), dist.get(), read_reserved);
   const TdmPairs pairs(tree, pipeline->FeaturePointers(), pipeline->generator, dataset->options().columns, where);
-  MakeDirs(options.predict_output_path);
-  const std::string staging = JoinPath(options.predict_output_path, StrCat(".tdm-retrieval-rank-", rank));
-  RemoveAll(staging);
-  MakeDirs(staging);
-  const std::string staged_path = JoinPath(staging, part_name);
+  const std::string staged_path = part.Stage();
 
   const int previous_threads = at::get_num_threads();
   if (options.predict_threads > 0) at::set_num_threads(options.predict_threads);
@@ -353,25 +323,14 @@ TdmRetrievalResult TdmRetrieve(const TdmRetrievalOptions& options) {
     failure = std::current_exception();
   }
   at::set_num_threads(previous_threads);
-  std::vector<double> failed = {failure ? 1.0 : 0.0};
-  if (dist->comm()) dist->comm()->AllReduceSum(&failed);
-  if (failure || failed[0] > 0) {
-    RemoveAll(staging);
-    if (failure) std::rethrow_exception(failure);
-    Fail("tdm_retrieval failed on ", static_cast<int>(failed[0]), " other rank(s); nothing committed");
-  }
-  if (std::rename(staged_path.c_str(), final_path.c_str()) != 0) {
-    Fail("cannot move ", staged_path, " to ", final_path, ": ", std::strerror(errno));
-  }
-  RemoveAll(staging);
-  SyncDirectory(options.predict_output_path);
+  part.Commit(failure, dist->comm(), "tdm_retrieval");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t local_users = static_cast<int64_t>(counts[0]);
   if (dist->comm()) dist->comm()->AllReduceSum(&counts);
   TdmRetrievalResult result;
   result.users = static_cast<int64_t>(counts[0]);
   result.hits = static_cast<int64_t>(counts[1]);
-  LOG_INFO << "tdm_retrieval: wrote " << local_users << " users to " << final_path << " in " << seconds << " s";
+  LOG_INFO << "tdm_retrieval: wrote " << local_users << " users to " << part.final_path() << " in " << seconds << " s";
   LOG_INFO << "tdm_retrieval: Recall@" << options.recall_num << " = " << result.recall() << " (" << result.hits << " of "
            << result.users << " users' " << item_id_field << " recalled)";
   return result;
