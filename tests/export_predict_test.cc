@@ -327,6 +327,8 @@ void ExportsAndPredictsAsEvaluated(const std::string& config_name) {
 TEST(ExportPredict, DeepFMCriteo) { ExportsAndPredictsAsEvaluated("deepfm_criteo.config"); }
 TEST(ExportPredict, DLRMCriteo) { ExportsAndPredictsAsEvaluated("dlrm_criteo.config"); }
 TEST(ExportPredict, MMoETaobao) { ExportsAndPredictsAsEvaluated("mmoe_taobao.config"); }
+TEST(ExportPredict, DBMTLTaobao) { ExportsAndPredictsAsEvaluated("dbmtl_taobao.config"); }
+TEST(ExportPredict, PLETaobao) { ExportsAndPredictsAsEvaluated("ple_taobao.config"); }
 
 // An export is self-contained: its vocabulary is copied under an md5 name, fg.json refers to
 // it, and after the directory moves elsewhere it predicts the same.

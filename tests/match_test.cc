@@ -339,6 +339,16 @@ TEST(DSSM, ConfigErrors) {
   rows.sparse["cate"] = {{1}, {2}};
   rows.labels["clk"] = {1, 0};
   EXPECT_TZREC_ERROR(pipeline->model->Predict(testing::MakeBatch(rows, 2)), "no negatives");
+  // One embedding_name in both towers: two tables in TorchEasyRec's dssm; refused, not shared.
+  std::string shared = DssmConfig("in_batch_negative: true");
+  const size_t sampler = shared.find("negative_sampler");
+  shared.erase(sampler, shared.find("} }", sampler) + 1 - sampler);
+  for (const char* feature : {"\"user_id\" num_buckets: 50 embedding_dim: 8", "\"item_id\" num_buckets: 50 embedding_dim: 8"}) {
+    const std::string f = feature;
+    shared.replace(shared.find(f), f.size(), f + " embedding_name: \"id_emb\"");
+  }
+  EXPECT_TZREC_ERROR(testing::BuildTestPipeline(shared),
+                     "item feature 'item_id' and user feature 'user_id' share the table 'id_emb'");
 }
 
 }  // namespace

@@ -18,6 +18,8 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
+#include "tzrec/modules/extraction_net.h"
+#include "tzrec/modules/masknet.h"
 #include "tzrec/modules/mlp.h"
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/serving/predict.h"
@@ -78,6 +80,55 @@ TEST(ScriptedModel, MlpLayersMatchTheirModules) {
       EXPECT_LE(MaxAbsDiff(got, mlp->forward(x)), 1e-5);
     }
   }
+}
+
+// DBMTL's mask net (parallel and serial blocks, with a top MLP) and PLE's extraction networks
+// (a middle layer with its shared gate, a final one) as TorchScript give their modules' outputs.
+TEST(ScriptedModel, MaskNetAndExtractionNetMatchTheirModules) {
+  torch::manual_seed(5);
+  c10::NoGradGuard no_grad;
+  const at::Tensor x = at::randn({7, 6});
+  auto randomize = [](torch::nn::Module& module) {
+    for (auto& p : module.parameters()) p.copy_(at::randn(p.sizes()));
+    module.eval();
+  };
+  for (bool parallel : {true, false}) {
+    SCOPED_TRACE(parallel ? "parallel" : "serial");
+    protos::MaskNetModule config;
+    config.set_n_mask_blocks(3);
+    config.set_use_parallel(parallel);
+    config.mutable_mask_block()->set_reduction_ratio(1.5);
+    config.mutable_mask_block()->set_hidden_dim(parallel ? 4 : 6);
+    config.mutable_top_mlp()->add_hidden_units(5);
+    MaskNetModule net(6, config, "mask_net");
+    randomize(*net);
+    ScriptWriter w;
+    w.Output("y", net->Script(w, w.Let("x", w.Input("x")), "mask_net"));
+    torch::jit::Module module = ModuleFromScript(w);
+    EXPECT_LE(MaxAbsDiff(RunScriptedModule(module, {{"x", x}}).at("y"), net->forward(x)), 1e-5);
+  }
+  protos::ExtractionNetwork config;
+  config.set_expert_num_per_task(2);
+  config.set_share_num(1);
+  config.mutable_task_expert_net()->add_hidden_units(4);
+  config.mutable_share_expert_net()->add_hidden_units(4);
+  ExtractionNet middle(std::vector<int64_t>{6, 6}, int64_t{6}, config, false, std::string("middle"));
+  ExtractionNet last(std::vector<int64_t>{4, 4}, int64_t{4}, config, true, std::string("last"));
+  randomize(*middle);
+  randomize(*last);
+  ScriptWriter w;
+  const std::string in = w.Let("x", w.Input("x"));
+  auto [tasks, shared] = middle->Script(w, {in, in}, in, "middle");
+  auto [outs, none] = last->Script(w, tasks, shared, "last");
+  EXPECT_TRUE(none.empty());
+  w.Output("t0", outs[0]);
+  w.Output("t1", outs[1]);
+  torch::jit::Module module = ModuleFromScript(w);
+  auto got = RunScriptedModule(module, {{"x", x}});
+  auto [task_out, shared_out] = middle->forward({x, x}, x);
+  auto [final_out, unused] = last->forward(task_out, shared_out);
+  EXPECT_LE(MaxAbsDiff(got.at("t0"), final_out[0]), 1e-5);
+  EXPECT_LE(MaxAbsDiff(got.at("t1"), final_out[1]), 1e-5);
 }
 
 constexpr char kWeightedConfig[] = R"(
@@ -184,12 +235,13 @@ TEST(ScriptedModel, ModelsWithoutATorchScriptFormExportWithoutOne) {
   EXPECT_FALSE(PathExists(dir.File("export_off/scripted_model.pt")));
   EXPECT_EQ(ReadExportManifest(options.export_dir)["scripted_model_skipped"], "--noscripted_model");
 
-  // DBMTL has no TorchScript form yet: the export says so instead of writing one.
-  auto dbmtl = BuildFeatures(LoadPipelineConfig(testing::ReferenceConfig("dbmtl_taobao.config")), PipelineMode::kPredict);
-  BuildModel(dbmtl.get(), nullptr);
-  const std::string why = WriteScriptedModel(*dbmtl->model, dbmtl->FeaturePointers(), {}, {}, dir.File("dbmtl.pt"));
-  EXPECT_NE(why.find("model_config.dbmtl has no TorchScript form"), std::string::npos) << why;
-  EXPECT_FALSE(PathExists(dir.File("dbmtl.pt")));
+  // A retrieval model as a whole has no TorchScript form (its towers have): the export says so
+  // instead of writing one.
+  auto dssm = BuildFeatures(LoadPipelineConfig(testing::ReferenceConfig("dssm_mock.config")), PipelineMode::kPredict);
+  BuildModel(dssm.get(), nullptr);
+  const std::string why = WriteScriptedModel(*dssm->model, dssm->FeaturePointers(), {}, {}, dir.File("dssm.pt"));
+  EXPECT_NE(why.find("a retrieval model is scripted as its towers"), std::string::npos) << why;
+  EXPECT_FALSE(PathExists(dir.File("dssm.pt")));
 }
 
 // DIN: SEQUENCE groups (steps pooled per step, padded to the longest) and DIN attention in

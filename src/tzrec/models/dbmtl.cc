@@ -110,6 +110,36 @@ class DBMTLModel : public Model {
     return HeadPredictions(outputs);
   }
 
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    std::string net = ScriptInput(w, tables).at(group_);
+    if (mask_net_) net = mask_net_->Script(w, net, "mask_net");
+    if (bottom_mlp_) net = bottom_mlp_->Script(w, net, "bottom_mlp");
+    const size_t num_tasks = towers_.size();
+    std::vector<std::string> task_inputs = mmoe_ ? mmoe_->Script(w, net, "mmoe") : std::vector<std::string>(num_tasks, net);
+    std::map<std::string, std::string> task_net, relation_net;
+    for (size_t t = 0; t < num_tasks; ++t) {
+      const std::string& name = towers_[t]->tower_name();
+      task_net[name] = task_mlps_->contains(name)
+                           ? (*task_mlps_)[name]->as<MLPImpl>()->Script(w, task_inputs[t], "task_mlp_" + std::to_string(t))
+                           : task_inputs[t];
+    }
+    std::vector<std::string> outputs;
+    for (size_t t = 0; t < num_tasks; ++t) {
+      const std::string& name = towers_[t]->tower_name();
+      if (relation_mlps_->contains(name)) {
+        std::string parts = task_net[name];
+        for (const auto& related : towers_[t]->relation_tower_names()) parts += ", " + relation_net.at(related);
+        const std::string joined = w.Let("relation_input", "torch.cat([" + parts + "], 1)");
+        relation_net[name] = (*relation_mlps_)[name]->as<MLPImpl>()->Script(w, joined, "relation_mlp_" + std::to_string(t));
+      } else {
+        relation_net[name] = task_net[name];
+      }
+      outputs.push_back(ScriptLinear(w, *task_outputs_->ptr(t)->as<torch::nn::LinearImpl>(), relation_net[name],
+                                     "task_output_" + std::to_string(t)));
+    }
+    ScriptHeadPredictions(w, outputs);
+  }
+
  private:
   std::string group_;
   std::vector<const protos::BayesTaskTower*> towers_;

@@ -2,6 +2,7 @@
 // feature group — every task input and the shared input start as the group's embedding — then
 // one task tower (optional MLP + Linear(num_class)) per task on the last layer's task output.
 #include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/models/model.h"
 #include "tzrec/modules/extraction_net.h"
 #include "tzrec/modules/task_tower.h"
@@ -57,6 +58,22 @@ class PLEModel : public Model {
       outputs.push_back(task_towers_[t]->as<TaskTowerImpl>()->forward(task_features[t]));
     }
     return HeadPredictions(outputs);
+  }
+
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    const std::string net = ScriptInput(w, tables).at(group_);
+    std::vector<std::string> task_features(num_tasks_, net);
+    std::string shared = net;
+    for (size_t i = 0; i < extraction_nets_->size(); ++i) {
+      auto out = extraction_nets_->ptr(i)->as<ExtractionNetImpl>()->Script(w, task_features, shared, StrCat("extraction_", i));
+      task_features = std::move(out.first);
+      shared = out.second;
+    }
+    std::vector<std::string> outputs;
+    for (int t = 0; t < num_tasks_; ++t) {
+      outputs.push_back(task_towers_->ptr(t)->as<TaskTowerImpl>()->Script(w, task_features[t], StrCat("task_tower_", t)));
+    }
+    ScriptHeadPredictions(w, outputs);
   }
 
  private:

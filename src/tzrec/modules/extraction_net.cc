@@ -3,6 +3,7 @@
 #include <ATen/ops/stack.h>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/modules/mmoe.h"
 
 namespace tzrec {
@@ -65,6 +66,44 @@ std::pair<std::vector<at::Tensor>, at::Tensor> ExtractionNetImpl::forward(
   if (!final_layer_) {
     all_task_experts.insert(all_task_experts.end(), shared.begin(), shared.end());
     shared_out = MixExperts(shared_gate_->forward(shared_input), at::stack(all_task_experts, 1));
+  }
+  return {outputs, shared_out};
+}
+
+}  // namespace tzrec
+
+namespace tzrec {
+
+std::pair<std::vector<std::string>, std::string> ExtractionNetImpl::Script(
+    ScriptWriter& w, const std::vector<std::string>& task_inputs, const std::string& shared_input,
+    const std::string& name) const {
+  auto mix = [&](const std::string& gate, const std::vector<std::string>& experts) {
+    std::string list;
+    for (const std::string& e : experts) list += (list.empty() ? "" : ", ") + e;
+    return w.Let("mixed", "torch.matmul(torch.softmax(" + gate + ", 1).unsqueeze(1), torch.stack([" + list +
+                              "], 1)).squeeze(1)");
+  };
+  std::vector<std::string> shared;
+  for (size_t e = 0; e < shared_layers_->size(); ++e) {
+    shared.push_back(shared_layers_->ptr(e)->as<MLPImpl>()->Script(w, shared_input, StrCat(name, "_shared_", e)));
+  }
+  std::vector<std::string> all_task_experts, outputs;
+  for (size_t t = 0; t < task_inputs.size(); ++t) {
+    std::vector<std::string> experts;
+    const auto& layer = *task_layers_->ptr(t)->as<torch::nn::ModuleListImpl>();
+    for (size_t e = 0; e < layer.size(); ++e) {
+      experts.push_back(layer.ptr(e)->as<MLPImpl>()->Script(w, task_inputs[t], StrCat(name, "_task_", t, "_", e)));
+    }
+    all_task_experts.insert(all_task_experts.end(), experts.begin(), experts.end());
+    experts.insert(experts.end(), shared.begin(), shared.end());
+    const std::string gate =
+        ScriptLinear(w, *task_gates_->ptr(t)->as<torch::nn::LinearImpl>(), task_inputs[t], StrCat(name, "_task_gate_", t));
+    outputs.push_back(mix(gate, experts));
+  }
+  std::string shared_out;
+  if (!final_layer_) {
+    all_task_experts.insert(all_task_experts.end(), shared.begin(), shared.end());
+    shared_out = mix(ScriptLinear(w, *shared_gate_, shared_input, name + "_shared_gate"), all_task_experts);
   }
   return {outputs, shared_out};
 }

@@ -26,6 +26,10 @@ class ExtractionNetImpl : public torch::nn::Module {
   // Task outputs and the shared output (undefined on the final layer).
   std::pair<std::vector<at::Tensor>, at::Tensor> forward(const std::vector<at::Tensor>& task_inputs,
                                                          const at::Tensor& shared_input);
+  // The same as TorchScript (script/script_writer.h): task output locals and the shared
+  // output local ("" on the final layer).
+  std::pair<std::vector<std::string>, std::string> Script(ScriptWriter& w, const std::vector<std::string>& task_inputs,
+                                                          const std::string& shared_input, const std::string& name) const;
   int64_t task_output_dim() const { return task_output_dim_; }
   int64_t shared_output_dim() const { return shared_output_dim_; }
 

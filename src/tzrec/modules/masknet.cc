@@ -7,6 +7,7 @@
 
 #include "tzrec/common/error.h"
 #include "tzrec/modules/mlp.h"
+#include "tzrec/script/script_writer.h"
 
 namespace tzrec {
 
@@ -85,6 +86,38 @@ at::Tensor MaskNetModuleImpl::forward(const at::Tensor& feature_emb) {
     }
   }
   return top_mlp_ ? top_mlp_->forward(hidden) : hidden;
+}
+
+std::string MaskBlockImpl::Script(ScriptWriter& w, const std::string& feature_input, const std::string& mask_input,
+                                  const std::string& name) const {
+  const auto& mask = *mask_generator_;
+  std::string weights = ScriptLinear(w, *mask.ptr(0)->as<torch::nn::LinearImpl>(), mask_input, name + "_mask_0");
+  weights = w.Let("relu", "torch.relu(" + weights + ")");
+  weights = ScriptLinear(w, *mask.ptr(2)->as<torch::nn::LinearImpl>(), weights, name + "_mask_2");
+  const std::string masked = w.Let("masked", feature_input + " * " + weights);
+  const auto& ffn = *ffn_;
+  std::string out = ScriptLinear(w, *ffn.ptr(0)->as<torch::nn::LinearImpl>(), masked, name + "_ffn_0");
+  out = ScriptLayerNorm(w, *ffn.ptr(1)->as<torch::nn::LayerNormImpl>(), out, name + "_ffn_1");
+  return w.Let("relu", "torch.relu(" + out + ")");
+}
+
+std::string MaskNetModuleImpl::Script(ScriptWriter& w, const std::string& feature_emb, const std::string& name) const {
+  const std::string ln = ScriptLayerNorm(w, *ln_emb_, feature_emb, name + "_ln_emb");
+  std::string hidden;
+  if (parallel_) {
+    std::string outs;
+    for (size_t i = 0; i < mask_blocks_->size(); ++i) {
+      outs += (i ? ", " : "") +
+              mask_blocks_->ptr(i)->as<MaskBlockImpl>()->Script(w, ln, feature_emb, name + "_block_" + std::to_string(i));
+    }
+    hidden = w.Let("mask_blocks", "torch.cat([" + outs + "], -1)");
+  } else {
+    hidden = mask_blocks_->ptr(0)->as<MaskBlockImpl>()->Script(w, ln, feature_emb, name + "_block_0");
+    for (size_t i = 1; i < mask_blocks_->size(); ++i) {
+      hidden = mask_blocks_->ptr(i)->as<MaskBlockImpl>()->Script(w, hidden, feature_emb, name + "_block_" + std::to_string(i));
+    }
+  }
+  return top_mlp_ ? top_mlp_->Script(w, hidden, name + "_top_mlp") : hidden;
 }
 
 }  // namespace tzrec

@@ -25,6 +25,9 @@ class MaskBlockImpl : public torch::nn::Module {
   MaskBlockImpl(int64_t input_dim, int64_t mask_input_dim, const protos::MaskBlock& config,
                 const std::string& where);
   at::Tensor forward(const at::Tensor& feature_input, const at::Tensor& mask_input);
+  // The same as TorchScript (script/script_writer.h); returns the output local.
+  std::string Script(ScriptWriter& w, const std::string& feature_input, const std::string& mask_input,
+                     const std::string& name) const;
   int64_t output_dim() const { return hidden_dim_; }
 
  private:
@@ -38,6 +41,8 @@ class MaskNetModuleImpl : public torch::nn::Module {
  public:
   MaskNetModuleImpl(int64_t feature_dim, const protos::MaskNetModule& config, const std::string& where);
   at::Tensor forward(const at::Tensor& feature_emb);
+  // The same as TorchScript; returns the output local.
+  std::string Script(ScriptWriter& w, const std::string& feature_emb, const std::string& name) const;
   int64_t output_dim() const { return output_dim_; }
 
  private:

@@ -223,6 +223,14 @@ at::Tensor MLPImpl::forward(const at::Tensor& input) {
   return net;
 }
 
+std::string ScriptLayerNorm(ScriptWriter& w, const torch::nn::LayerNormImpl& ln, const std::string& input,
+                            const std::string& hint) {
+  const std::string weight = ln.weight.defined() ? w.Tensor(hint + "_weight", ln.weight) : "None";
+  const std::string bias = ln.bias.defined() ? w.Tensor(hint + "_bias", ln.bias) : "None";
+  return w.Let("ln", "torch.layer_norm(" + input + ", " + ScriptIntList(ln.options.normalized_shape()) + ", " +
+                         weight + ", " + bias + ", " + ScriptFloat(ln.options.eps()) + ")");
+}
+
 std::string ScriptLinear(ScriptWriter& w, const torch::nn::LinearImpl& linear, const std::string& input,
                          const std::string& hint) {
   std::string call = "torch.linear(" + input + ", " + w.Tensor(hint + "_weight", linear.weight);
@@ -263,10 +271,7 @@ std::string PerceptronImpl::Script(ScriptWriter& w, const std::string& input, co
     } else if (auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(m)) {
       x = ScriptBatchNorm(w, *bn, x, name + "_bn");
     } else if (auto* ln = dynamic_cast<const torch::nn::LayerNormImpl*>(m)) {
-      const std::string weight = ln->weight.defined() ? w.Tensor(name + "_ln_weight", ln->weight) : "None";
-      const std::string bias = ln->bias.defined() ? w.Tensor(name + "_ln_bias", ln->bias) : "None";
-      x = w.Let("ln", "torch.layer_norm(" + x + ", " + ScriptIntList(ln->options.normalized_shape()) + ", " +
-                          weight + ", " + bias + ", " + ScriptFloat(ln->options.eps()) + ")");
+      x = ScriptLayerNorm(w, *ln, x, name + "_ln");
     } else if (dynamic_cast<const torch::nn::ReLUImpl*>(m)) {
       x = w.Let("relu", "torch.relu(" + x + ")");
     } else if (dynamic_cast<const torch::nn::SigmoidImpl*>(m)) {

@@ -19,6 +19,10 @@
 #include "tzrec/protos/module.pb.h"
 #include "tzrec/script/script_writer.h"
 
+namespace torch::nn {
+class LayerNormImpl;
+}  // namespace torch::nn
+
 namespace tzrec {
 
 // The widest layer (hidden units, expert counts times widths, classes) a module accepts: far
@@ -95,6 +99,9 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
+// torch.layer_norm with the module's shape, affine weights and eps; returns the output local.
+std::string ScriptLayerNorm(ScriptWriter& w, const torch::nn::LayerNormImpl& ln, const std::string& input,
+                            const std::string& hint);
 // torch.linear(input, weight, bias) as TorchScript; returns the output local.
 std::string ScriptLinear(ScriptWriter& w, const torch::nn::LinearImpl& linear, const std::string& input,
                          const std::string& hint);
