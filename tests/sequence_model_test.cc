@@ -401,7 +401,9 @@ TEST(SequenceModels, ScriptedSequenceGroupsEqualTheModel) {
       R"(pooling_encoder { input: "seq" pooling_type: "sum" })",
       R"(simple_attention { input: "seq" })",
       R"(din_encoder { input: "seq" attn_mlp { hidden_units: [4] activation: "Dice" use_bn: true } max_seq_length: 2 })",
-      R"(multi_window_din_encoder { input: "seq" attn_mlp { hidden_units: [4] } windows_len: [1, 2] })"};
+      R"(multi_window_din_encoder { input: "seq" attn_mlp { hidden_units: [4] } windows_len: [1, 2] })",
+      R"(self_attention_encoder { input: "seq" multihead_attn_dim: 4 num_heads: 2 })",
+      R"(self_attention_encoder { input: "seq" multihead_attn_dim: 6 num_heads: 3 max_seq_length: 2 })"};
   std::vector<std::string> configs;
   for (const std::string& encoder : encoders) {
     std::string g = group;

@@ -12,6 +12,9 @@
 #include "tzrec/common/error.h"
 #include "tzrec/modules/mlp.h"
 #include "tzrec/modules/sequence_encoder.h"
+#include "tzrec/script/script_writer.h"
+
+#include <cmath>
 
 namespace tzrec {
 namespace {
@@ -37,6 +40,45 @@ class SelfAttentionEncoder : public SequenceEncoder {
         torch::nn::MultiheadAttention(torch::nn::MultiheadAttentionOptions(dim_, heads).dropout(dropout)));
   }
   int64_t output_dim() const override { return dim_; }
+
+  // MultiheadAttention written out in aten ops: in-projection per Q/K/V slice, scaled dot
+  // products per head with padded keys at -inf, softmax, out-projection.
+  std::string Script(ScriptWriter& w, const std::string& query_in, const std::string& sequence_in,
+                     const std::string& lengths_in, const std::string& name) const override {
+    std::string sequence = sequence_in, lengths = lengths_in;
+    ScriptTruncateSteps(w, max_seq_length_, &sequence, &lengths);
+    const auto& mha = *attention_;
+    const int64_t heads = mha.options.num_heads(), head_dim = dim_ / heads;
+    const std::string e = std::to_string(dim_), h = std::to_string(heads), hd = std::to_string(head_dim);
+    const std::string rows = w.Let(name + "_rows", sequence + ".size(0)");
+    const std::string steps = w.Let(name + "_steps", sequence + ".size(1)");
+    auto project = [&](const torch::nn::Linear& outer, int64_t slice, const std::string& hint) {
+      const std::string x = ScriptLinear(w, *outer, sequence, name + "_" + hint);
+      const at::Tensor weight = mha.in_proj_weight.slice(0, slice * dim_, (slice + 1) * dim_);
+      const at::Tensor bias = mha.in_proj_bias.slice(0, slice * dim_, (slice + 1) * dim_);
+      const std::string projected = w.Let(name + "_" + hint + "_in", "torch.linear(" + x + ", " +
+                                                                         w.Tensor(name + "_" + hint + "_in_weight", weight) +
+                                                                         ", " + w.Tensor(name + "_" + hint + "_in_bias", bias) + ")");
+      // [B, T, E] -> [B, H, T, hd]
+      return w.Let(name + "_" + hint + "_heads", projected + ".reshape([" + rows + ", " + steps + ", " + h + ", " + hd +
+                                                     "]).transpose(1, 2)");
+    };
+    const std::string q = project(query_, 0, "q"), k = project(key_, 1, "k"), v = project(value_, 2, "v");
+    const std::string valid = w.Let(name + "_valid", "torch.arange(" + steps + ", dtype=4).unsqueeze(0) < " + lengths +
+                                                         ".to(4).unsqueeze(1)");
+    // Rows without steps attend to their padding (Encode's rule; the mean ignores it).
+    const std::string padding = w.Let(name + "_padding", "torch.logical_and(torch.logical_not(" + valid + "), (" +
+                                                             lengths + " > 0).unsqueeze(1))");
+    const std::string scores = w.Let(name + "_scores", "torch.matmul(" + q + " * " + ScriptFloat(1.0 / std::sqrt(head_dim)) +
+                                                           ", " + k + ".transpose(2, 3)).masked_fill(" + padding +
+                                                           ".unsqueeze(1).unsqueeze(2), float(\"-inf\"))");
+    const std::string attended = w.Let(name + "_attended", "torch.matmul(torch.softmax(" + scores + ", -1), " + v +
+                                                               ").transpose(1, 2).reshape([" + rows + ", " + steps + ", " + e + "])");
+    const std::string out = ScriptLinear(w, *mha.out_proj, attended, name + "_out");
+    const std::string mask = w.Let(name + "_mask", valid + ".unsqueeze(2).to(6)");
+    const std::string count = w.Let(name + "_count", "torch.clamp(" + lengths + ".to(6), min=1.0).unsqueeze(1)");
+    return w.Let(name, "torch.sum(" + out + " * " + mask + ", 1) / " + count);
+  }
 
   at::Tensor Encode(const SequenceInputs& raw) override {
     const SequenceInputs in = TruncateSteps(raw, max_seq_length_);
