@@ -340,6 +340,17 @@ void TdmTrains(const std::string& config_name, const std::string& extra_edits, b
                                dir.File("learnt_tree/predict_edge_table.txt") + "\"}";
   EXPECT_EQ(TdmRetrieve(on_learnt).users, 40);
   EXPECT_TRUE(PathExists(dir.File("recall_learnt/part-0.parquet")));
+  // The command takes TorchEasyRec's flags.
+  EXPECT_EQ(TdmRetrievalMain({"--scripted_model_path", dir.File("export/model"), "--predict_input_path",
+                              dir.File("users/part-0.parquet"), "--predict_output_path", dir.File("recall_cli"),
+                              "--recall_num=4", "--n_cluster=2", "--reserved_columns=user_id", "--batch_size=8",
+                              "--num_worker_per_level=2", "--writer_type=CsvWriter"}),
+            0);
+  std::vector<std::string> header;
+  const auto cli = ReadRecall(dir.File("recall_cli/part-0.csv"), &header);
+  EXPECT_EQ(header, (std::vector<std::string>{"user_id", "recall_ids"}));
+  ASSERT_EQ(cli.size(), 40u);
+  for (const auto& ids : cli) EXPECT_EQ(ids.size(), 4u);
   // Bad inputs fail naming what is wrong, writing nothing.
   TdmRetrievalOptions bad = on_learnt;
   bad.predict_output_path = dir.File("recall_bad");

@@ -118,6 +118,15 @@ TEST(TdmClusterTree, WritesTablesTheSamplerReads) {
   // Non-leaf nodes carry their leaves' modes and means, as tdm_init_tree's.
   EXPECT_EQ(tree.node(0).raw_attrs[0], "8");  // mean of 0..16
 
+  // The command takes TorchEasyRec's flags and writes the same tables.
+  EXPECT_EQ(TdmClusterTreeMain({"--item_input_path", dir.File("items.csv"), "--item_id_field", "item_id",
+                                "--embedding_field=item_emb", "--attr_fields=cate_id", "--raw_attr_fields=price",
+                                "--node_edge_output_file", dir.File("cli_tree"), "--tree_output_dir", dir.File("cli_tree"),
+                                "--parallel=1", "--n_cluster=2"}),
+            0);
+  EXPECT_EQ(ReadFileToString(dir.File("cli_tree/node_table.txt")), ReadFileToString(dir.File("tree/node_table.txt")));
+  EXPECT_TRUE(PathExists(dir.File("cli_tree/serving_tree")));
+
   EXPECT_TZREC_ERROR(ClusterTdmCodes(embeddings, 1, 3, 2, 1), "at least 2 items are needed");
   testing::WriteFile(dir.File("bad.csv"), "item_id,item_emb\n1,\"0.5,x\"\n2,\"1,2\"\n");
   options.tree.item_input_path = dir.File("bad.csv");
