@@ -86,7 +86,7 @@ TEST(CsvReader, MalformedInputNamesFileAndLine) {
   options.with_header = true;
   options.wanted_columns = {"c"};
   WriteFile(dir.File("head.csv"), "a,b\n1,2\n");
-  EXPECT_TZREC_ERROR(CsvFileReader(dir.File("head.csv"), options), "column 'c' needed by the config is missing");
+  EXPECT_TZREC_ERROR(CsvFileReader(dir.File("head.csv"), options), "column 'c' is missing");
   EXPECT_TZREC_ERROR(CsvFileReader(dir.File("none.csv"), options), "cannot open CSV file");
 }
 
@@ -291,7 +291,7 @@ TEST(Dataset, ErrorsFromWorkersReachTheConsumer) {
   WriteFile(dir.File("nolabel.csv"), "user,other\n1,0\n");
   Dataset nolabel(DataConfigFor(10, 1, false, false), {features[0].get()}, dir.File("nolabel.csv"),
                   DatasetMode::kTrain, 1);
-  EXPECT_TZREC_ERROR(ReadAll(nolabel, 0), "column 'clk' needed by the config is missing");
+  EXPECT_TZREC_ERROR(ReadAll(nolabel, 0), "column 'clk' is missing");
   WriteFile(dir.File("nulllabel.csv"), "user,clk\n1,\n");
   Dataset nulllabel(DataConfigFor(10, 1, false, false), {features[0].get()},
                     dir.File("nulllabel.csv"), DatasetMode::kTrain, 1);

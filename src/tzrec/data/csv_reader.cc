@@ -52,7 +52,7 @@ CsvFileReader::CsvFileReader(std::string path, CsvOptions options)
     if (index < 0) {
       // A Parquet file read as CSV shows its magic number as the first "column".
       const bool parquet = !names_.empty() && names_[0].rfind("PAR1", 0) == 0;
-      Fail(path_, ": column '", name, "' needed by the config is missing; columns are: ",
+      Fail(path_, ": column '", name, "' is missing; columns are: ",
            parquet ? std::string("(none: this is a Parquet file; set data_config.dataset_type, or "
                                  "predict's --dataset_type, to ParquetDataset)")
                    : Join(names_, ", "));
