@@ -316,6 +316,46 @@ TEST(Serve, ConcurrentKeepAliveClientsAreBatchedAndAnsweredExactly) {
   EXPECT_NE(metrics->body.find("tzrec_model_duration_seconds_bucket{le=\"+Inf\"}"), std::string::npos);
 }
 
+// Without a batching window a request runs on its own connection thread while one of the
+// model_workers slots is free and queues for the workers otherwise: with 8 clients and 3
+// slots both paths run at once, concurrent forwards of one model included.
+TEST(Serve, RequestsRunConcurrentlyOnTheirOwnThreadsOrTheWorkersAndAreAnsweredExactly) {
+  Fixture& f = Shared();
+  ServeOptions options = Options();
+  options.model_workers = 3;
+  RunningServer running(options);
+  constexpr int kClients = 8, kRequests = 20;
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = running.Client();
+      for (int r = 0; r < kRequests; ++r) {
+        // Requests of 1 to 8 rows from different places in the data.
+        const size_t first = (c * 7 + r * 3) % f.rows.size(), count = 1 + (c + r) % 8;
+        Json instances = Json::array();
+        std::vector<size_t> rows;
+        for (size_t k = 0; k < count; ++k) {
+          rows.push_back((first + k) % f.rows.size());
+          instances.push_back(f.rows[rows.back()]);
+        }
+        auto res = client.Post("/v1/models/small:predict", Json{{"instances", instances}}.dump(), "application/json");
+        if (!res || res->status != 200) {
+          ++failed;
+          continue;
+        }
+        const Json answer = Json::parse(res->body)["predictions"];
+        for (size_t k = 0; k < count; ++k) {
+          if (std::abs(answer[k]["probs"].get<double>() - f.probs[rows[k]]) > 1e-6) ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST(Serve, BadRequestsAreAnsweredWithTheProblemNamed) {
   Fixture& f = Shared();
   ServeOptions options = Options();
@@ -396,6 +436,10 @@ TEST(Serve, AFullQueueAnswers503AndAMissingModelFailsAtStart) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 503);
   EXPECT_NE(res->body.find("queue is full"), std::string::npos);
+  options.max_queue_size = 256;
+  options.model_workers = -1;
+  EXPECT_TZREC_ERROR(Server{options}, "--model_threads and --model_workers must not be negative");
+  options.model_workers = 0;
   options.model_path = Shared().dir.File("model");
   EXPECT_TZREC_ERROR(Server{options}, "is neither an export directory nor a directory of numbered");
 }

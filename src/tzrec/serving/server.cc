@@ -17,11 +17,13 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <future>
@@ -115,6 +117,30 @@ std::shared_ptr<LoadedModel> LoadModel(const std::string& dir, const std::string
   return model;
 }
 
+// ServeOptions::model_workers resolved: by default as many workers as the cores hold
+// model_threads-wide forwards.
+int ModelWorkers(const ServeOptions& options) {
+  if (options.model_workers > 0) return options.model_workers;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return options.model_threads > 0 ? std::max(1, cores / options.model_threads) : 1;
+}
+
+// Sets the calling thread's OpenMP team size for a scope: an HTTP thread that runs a batch
+// itself runs it with the model's intra-op threads (at::set_num_threads would also resize
+// LibTorch's process-wide pthreadpool, on every request).
+class IntraOpThreads {
+ public:
+  explicit IntraOpThreads(int threads) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  }
+  ~IntraOpThreads() { omp_set_num_threads(saved_); }
+  IntraOpThreads(const IntraOpThreads&) = delete;
+  IntraOpThreads& operator=(const IntraOpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
 struct Job {
   std::shared_ptr<LoadedModel> model;
   ParsedBatch parsed;
@@ -143,7 +169,9 @@ struct Server::Impl {
   std::condition_variable changed;
   std::deque<std::shared_ptr<Job>> queue;
   bool stopping = false;
-  std::thread worker;
+  std::vector<std::thread> workers;  // model threads (ServeOptions::model_workers)
+  int model_workers = 1;             // ModelWorkers(options): batches running at once, at most
+  int running = 0;                   // batches running now (workers' and requests' own)
 
   std::atomic<uint64_t> requests_ok{0}, requests_client_error{0}, requests_rejected{0},
       requests_failed{0}, rows{0}, batches{0};
@@ -295,8 +323,13 @@ struct Server::Impl {
     return result;
   }
 
+  // Runs the job's batch on the calling thread when a model slot is free and nothing waits
+  // (no batching window to fill): saves two thread hand-offs per request, which on a small
+  // machine under load are scheduling delays rather than microseconds. Otherwise the job
+  // queues for the model workers, which batch what waits.
   std::pair<std::map<std::string, at::Tensor>, std::string> Enqueue(const std::shared_ptr<Job>& job) {
     auto future = job->result.get_future();
+    bool run_here = false;
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (stopping) throw RequestError(503, "the server is shutting down");
@@ -305,7 +338,22 @@ struct Server::Impl {
         throw RequestError(503, StrCat("the queue is full (", options.max_queue_size, " requests)"));
       }
       job->enqueued = Clock::now();
-      queue.push_back(job);
+      if (options.max_queue_delay_us == 0 && queue.empty() && running < model_workers) {
+        ++running;
+        run_here = true;
+      } else {
+        queue.push_back(job);
+      }
+    }
+    if (run_here) {
+      IntraOpThreads threads(options.model_threads);
+      c10::NoGradGuard no_grad;
+      std::vector<std::shared_ptr<Job>> jobs{job};
+      RunBatch(jobs);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        --running;
+      }
     }
     changed.notify_all();
     return {future.get(), job->model->version};
@@ -318,7 +366,8 @@ struct Server::Impl {
       std::vector<std::shared_ptr<Job>> jobs;
       {
         std::unique_lock<std::mutex> lock(mutex);
-        changed.wait(lock, [&] { return !queue.empty() || stopping; });
+        // Stopping drains the queue first.
+        changed.wait(lock, [&] { return (!queue.empty() && running < model_workers) || (stopping && queue.empty()); });
         if (queue.empty()) return;
         const auto deadline = queue.front()->enqueued + std::chrono::microseconds(options.max_queue_delay_us);
         auto queued_rows = [&] {
@@ -338,36 +387,48 @@ struct Server::Impl {
           jobs.push_back(std::move(queue.front()));
           queue.pop_front();
         }
+        if (jobs.empty()) continue;  // another worker took what was queued
+        ++running;
       }
-      const auto start = Clock::now();
-      for (const auto& job : jobs) {
-        queue_latency.Observe(std::chrono::duration<double>(start - job->enqueued).count());
+      RunBatch(jobs);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        --running;
       }
-      try {
-        ParsedBatch combined = std::move(jobs[0]->parsed);
-        for (size_t i = 1; i < jobs.size(); ++i) combined.Append(jobs[i]->parsed);
-        const int64_t size = combined.size;
-        Predictions predictions = jobs.front()->model->pipeline->model->Predict(ToBatch(std::move(combined)));
-        int64_t begin = 0;
-        for (const auto& job : jobs) {
-          const int64_t n = job->parsed.size;
-          std::map<std::string, at::Tensor> out;
-          for (const auto& [key, tensor] : predictions) out[key] = tensor.narrow(0, begin, n).contiguous();
-          begin += n;
-          job->result.set_value(std::move(out));
-        }
-        rows += size;
-        ++batches;
-      } catch (...) {
-        for (const auto& job : jobs) {
-          try {
-            job->result.set_exception(std::current_exception());
-          } catch (const std::future_error&) {
-          }
-        }
-      }
-      model_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+      changed.notify_all();
     }
+  }
+
+  // One forward over the jobs' rows (all parsed with the same version); answers every job.
+  void RunBatch(std::vector<std::shared_ptr<Job>>& jobs) {
+    const auto start = Clock::now();
+    for (const auto& job : jobs) {
+      queue_latency.Observe(std::chrono::duration<double>(start - job->enqueued).count());
+    }
+    try {
+      ParsedBatch combined = std::move(jobs[0]->parsed);
+      for (size_t i = 1; i < jobs.size(); ++i) combined.Append(jobs[i]->parsed);
+      const int64_t size = combined.size;
+      Predictions predictions = jobs.front()->model->pipeline->model->Predict(ToBatch(std::move(combined)));
+      int64_t begin = 0;
+      for (const auto& job : jobs) {
+        const int64_t n = job->parsed.size;
+        std::map<std::string, at::Tensor> out;
+        for (const auto& [key, tensor] : predictions) out[key] = tensor.narrow(0, begin, n).contiguous();
+        begin += n;
+        job->result.set_value(std::move(out));
+      }
+      rows += size;
+      ++batches;
+    } catch (...) {
+      for (const auto& job : jobs) {
+        try {
+          job->result.set_exception(std::current_exception());
+        } catch (const std::future_error&) {
+        }
+      }
+    }
+    model_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
   }
 
   static Json OutputsOfRow(const std::map<std::string, at::Tensor>& outputs, int64_t row) {
@@ -638,6 +699,9 @@ Server::Server(const ServeOptions& options) : impl_(std::make_unique<Impl>()) {
   if (options.max_queue_delay_us < 0 || options.max_queue_size < 0) {
     Fail("--max_queue_delay_us and --max_queue_size must not be negative");
   }
+  if (options.model_threads < 0 || options.model_workers < 0) {
+    Fail("--model_threads and --model_workers must not be negative");
+  }
   impl_->Load();
   if (!options.item_table_path.empty()) {
     const protos::DataConfig& data = impl_->current->pipeline->config.data_config();
@@ -651,15 +715,20 @@ Server::Server(const ServeOptions& options) : impl_(std::make_unique<Impl>()) {
     Fail("--item_table_key needs --item_table_path");
   }
   impl_->Setup();
-  impl_->worker = std::thread([this] { impl_->RunModel(); });
+  impl_->model_workers = ModelWorkers(options);
+  for (int w = 0; w < impl_->model_workers; ++w) impl_->workers.emplace_back([this] { impl_->RunModel(); });
   if (options.poll_interval_ms > 0) impl_->poller = std::thread([this] { impl_->Poll(); });
   LOG_INFO << "serving " << impl_->name << " version " << impl_->current->version << " ("
-           << impl_->current->dir << ") on " << options.host << ":" << impl_->bound_port;
+           << impl_->current->dir << ") on " << options.host << ":" << impl_->bound_port << " ("
+           << ModelWorkers(options) << " model workers of "
+           << (options.model_threads > 0 ? options.model_threads : at::get_num_threads()) << " intra-op threads)";
 }
 
 Server::~Server() {
   Stop();
-  if (impl_->worker.joinable()) impl_->worker.join();
+  for (auto& worker : impl_->workers) {
+    if (worker.joinable()) worker.join();
+  }
   if (impl_->poller.joinable()) impl_->poller.join();
 }
 
@@ -695,6 +764,8 @@ int ServeMain(const std::vector<std::string>& args) {
                {"max_queue_size", "requests waiting for the model before 503", false, "256"},
                {"max_request_bytes", "largest request body (413 above)", false, "16777216"},
                {"model_threads", "intra-op threads of the model (0: all cores)", false, "0"},
+               {"model_workers", "model threads, each running one batch at a time (0: cores / "
+                                 "model_threads, one when model_threads is 0)", false, "0"},
                {"poll_interval_ms", "look for a newer version this often and swap it in (0: only "
                                     "POST /v2/repository/models/<name>/load)", false, "0"},
                {"item_table_path", "CSV (with header) or Parquet files of item features: rank "
@@ -716,6 +787,7 @@ int ServeMain(const std::vector<std::string>& args) {
   options.max_queue_size = flags.GetInt("max_queue_size");
   options.max_request_bytes = flags.GetInt("max_request_bytes");
   options.model_threads = static_cast<int>(flags.GetInt("model_threads"));
+  options.model_workers = static_cast<int>(flags.GetInt("model_workers"));
   options.poll_interval_ms = flags.GetInt("poll_interval_ms");
   options.item_table_path = flags.Get("item_table_path");
   options.item_table_key = flags.Get("item_table_key");

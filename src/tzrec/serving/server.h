@@ -20,8 +20,10 @@
 // at once; requests parsed before the swap finish with the old one, so none fails, and a
 // version that does not load leaves the old one serving.
 // Requests are queued and run in dynamic batches (up to max_batch_rows rows, waiting at most
-// max_queue_delay_us for more) by one model thread; a full queue answers 503, a malformed
-// request 400 naming what is wrong, a body over max_request_bytes 413.
+// max_queue_delay_us for more) by model_workers model threads (each with model_threads
+// intra-op threads), so that on a machine of several cores one batch's forward does not wait
+// for another's; a full queue answers 503, a malformed request 400 naming what is wrong, a
+// body over max_request_bytes 413.
 //
 // Thread-safety: Server's methods may be called from any thread; Stop() waits for the
 // requests in flight.
@@ -45,6 +47,7 @@ struct ServeOptions {
   int64_t max_queue_size = 256;        // requests waiting; more are answered 503
   int64_t max_request_bytes = 16 << 20;
   int model_threads = 0;               // intra-op threads of the forward; 0: all cores
+  int model_workers = 0;               // batches run at once; 0: cores / model_threads (at least 1)
   int64_t poll_interval_ms = 0;        // > 0: swap in a newer version when one appears
   std::string item_table_path;         // rank requests' item features (serving/item_table.h)
   std::string item_table_key;          // its item id column
