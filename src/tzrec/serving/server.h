@@ -19,11 +19,12 @@
 // A new version is loaded beside the serving one (polled, or on the load call) and swapped in
 // at once; requests parsed before the swap finish with the old one, so none fails, and a
 // version that does not load leaves the old one serving.
-// Requests are queued and run in dynamic batches (up to max_batch_rows rows, waiting at most
-// max_queue_delay_us for more) by model_workers model threads (each with model_threads
-// intra-op threads), so that on a machine of several cores one batch's forward does not wait
-// for another's; a full queue answers 503, a malformed request 400 naming what is wrong, a
-// body over max_request_bytes 413.
+// Up to model_workers forwards run at once (each with model_threads intra-op threads), so that
+// on a machine of several cores one batch does not wait for another. Without a batching window
+// a request runs on its own connection thread while a slot is free; otherwise it is queued and
+// the model worker threads run dynamic batches (up to max_batch_rows rows, waiting at most
+// max_queue_delay_us for more). A full queue answers 503, a malformed request 400 naming what
+// is wrong, a body over max_request_bytes 413.
 //
 // Thread-safety: Server's methods may be called from any thread; Stop() waits for the
 // requests in flight.
