@@ -21,7 +21,8 @@
 // version that does not load leaves the old one serving.
 // Up to model_workers forwards run at once (each with model_threads intra-op threads), so that
 // on a machine of several cores one batch does not wait for another. Without a batching window
-// a request runs on its own connection thread while a slot is free; otherwise it is queued and
+// and with one intra-op thread, a request runs on its own connection thread while a slot is
+// free; otherwise it is queued and
 // the model worker threads run dynamic batches (up to max_batch_rows rows, waiting at most
 // max_queue_delay_us for more). A full queue answers 503, a malformed request 400 naming what
 // is wrong, a body over max_request_bytes 413.
@@ -47,7 +48,7 @@ struct ServeOptions {
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 256;        // requests waiting; more are answered 503
   int64_t max_request_bytes = 16 << 20;
-  int model_threads = 0;               // intra-op threads of the forward; 0: all cores
+  int model_threads = 1;               // intra-op threads of each forward; 0: all cores
   int model_workers = 0;               // batches run at once; 0: cores / model_threads (at least 1)
   int64_t poll_interval_ms = 0;        // > 0: swap in a newer version when one appears
   std::string item_table_path;         // rank requests' item features (serving/item_table.h)
