@@ -111,6 +111,7 @@ TEST(Distributed, EnvironmentIsReadAndChecked) {
 }  // namespace tzrec
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "tzrec/config/pipeline_config.h"
@@ -146,15 +147,22 @@ GenDataResult MockData(const testing::TempDir& dir, int64_t train_rows, int64_t 
 // Two ranks on batches of 64 train exactly like one process on the same global batches of
 // 128 (rank 0's rows then rank 1's rows): same final dense weights and embedding tables, and
 // the same evaluation over all eval rows.
-// `example`: a CSV example config; `grouping_key`: one of its sparse features.
+// `example`: a CSV example config; `grouping_key`: one of its sparse features; `mean_pooled`:
+// id features made mean-pooled.
 void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& example = "deepfm_mock",
-                             const std::string& grouping_key = "cat_4") {
+                             const std::string& grouping_key = "cat_4",
+                             const std::set<std::string>& mean_pooled = {}) {
   SCOPED_TRACE(sharding + " " + example);
   testing::TempDir dir;
   // The example plus a decayed train AUC, logged with the losses.
   const std::string config = dir.File("train_metrics.config");
   {
     auto cfg = LoadPipelineConfig(testing::SourceDir() + "/examples/" + example + ".config");
+    for (auto& feature : *cfg.mutable_feature_configs()) {
+      if (feature.has_id_feature() && mean_pooled.count(feature.id_feature().feature_name())) {
+        feature.mutable_id_feature()->set_pooling("mean");
+      }
+    }
     auto* train_auc = cfg.mutable_model_config()->add_train_metrics();
     train_auc->mutable_auc();
     train_auc->set_decay_step(4);
@@ -287,6 +295,14 @@ void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& exa
 TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
   for (const char* sharding : {"data_parallel", "table_wise", "row_wise", "column_wise"}) {
     TwoRanksMatchOneProcess(sharding);
+  }
+}
+
+// The same with a weighted feature (item_tags: weights travel with the ids) and mean pooling
+// (cate, item_tags), features generated from raw inputs (FG_DAG).
+TEST(Distributed, TwoRanksMatchOneProcessWithWeightedAndMeanPooledShardedTables) {
+  for (const char* sharding : {"table_wise", "row_wise", "column_wise"}) {
+    TwoRanksMatchOneProcess(sharding, "deepfm_fg_dag", "user_id", {"cate", "item_tags"});
   }
 }
 

@@ -176,6 +176,14 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
   out.storage_of.assign(lookups_.size(), -1);
   out.position_of.assign(lookups_.size(), -1);
   out.sequence_out.resize(sequence_lookups_.size());
+  auto place = [&](size_t s, const std::vector<at::Tensor>& outputs) {
+    out.storage_out[s] = outputs[0];
+    for (size_t j = 0; j < storage_sequence_lookups_[s].size(); ++j) {
+      out.sequence_out[storage_sequence_lookups_[s][j]] = outputs[1 + j];
+    }
+  };
+  std::vector<ShardedStorageLookups> sharded;
+  std::vector<size_t> sharded_storages;
   for (size_t s = 0; s < storages_.size(); ++s) {
     if (storage_lookups_[s].empty() && storage_sequence_lookups_[s].empty()) continue;
     std::vector<LookupTensors> pooled, sequences;
@@ -209,15 +217,17 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
       sequences.push_back({ids.values, ids.key_offsets, tables_[lookup.table], feature->pooling() == "mean", weights});
       if (bags < 0) bags = batch.group(feature->data_group()).size;
     }
-    std::vector<at::Tensor> outputs =
-        storage_shards_[s].sharded()
-            ? ShardedLookup(storages_[s].get(), storage_shards_[s], comm_, pooled, sequences, bags, training)
-            : StorageLookup(storages_[s].get(), pooled, sequences, bags, training,
-                            exchange_ ? &exchange_ : nullptr);
-    out.storage_out[s] = outputs[0];
-    for (size_t j = 0; j < storage_sequence_lookups_[s].size(); ++j) {
-      out.sequence_out[storage_sequence_lookups_[s][j]] = outputs[1 + j];
+    if (storage_shards_[s].sharded()) {
+      // Looked up below, all sharded storages in one exchange.
+      sharded.push_back({storages_[s].get(), &storage_shards_[s], std::move(pooled), std::move(sequences), bags});
+      sharded_storages.push_back(s);
+      continue;
     }
+    place(s, StorageLookup(storages_[s].get(), pooled, sequences, bags, training, exchange_ ? &exchange_ : nullptr));
+  }
+  if (!sharded.empty()) {
+    std::vector<std::vector<at::Tensor>> outputs = ShardedLookups(comm_, sharded, training);
+    for (size_t j = 0; j < sharded.size(); ++j) place(sharded_storages[j], outputs[j]);
   }
   return out;
 }
@@ -225,6 +235,7 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
 void EmbeddingCollection::LookupEmpty() {
   at::Tensor no_values = at::zeros({0}, at::kLong);
   at::Tensor one_offset = at::zeros({1}, at::kLong);
+  std::vector<ShardedStorageLookups> sharded;
   for (size_t s = 0; s < storages_.size(); ++s) {
     if (!storage_shards_[s].sharded()) continue;
     if (storage_lookups_[s].empty() && storage_sequence_lookups_[s].empty()) continue;
@@ -233,11 +244,12 @@ void EmbeddingCollection::LookupEmpty() {
                            lookup.feature->pooling() == "mean",
                            lookup.feature->weighted() ? at::zeros({0}, at::kFloat) : at::Tensor()};
     };
-    std::vector<LookupTensors> pooled, sequences;
-    for (int i : storage_lookups_[s]) pooled.push_back(empty(lookups_[i]));
-    for (int i : storage_sequence_lookups_[s]) sequences.push_back(empty(sequence_lookups_[i]));
-    ShardedLookup(storages_[s].get(), storage_shards_[s], comm_, pooled, sequences, 0, /*training=*/false);
+    ShardedStorageLookups table{storages_[s].get(), &storage_shards_[s], {}, {}, 0};
+    for (int i : storage_lookups_[s]) table.pooled.push_back(empty(lookups_[i]));
+    for (int i : storage_sequence_lookups_[s]) table.sequences.push_back(empty(sequence_lookups_[i]));
+    sharded.push_back(std::move(table));
   }
+  if (!sharded.empty()) ShardedLookups(comm_, sharded, /*training=*/false);
 }
 
 bool EmbeddingCollection::has_sharded_tables() const {
