@@ -54,7 +54,7 @@ median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else prin
 ours_rate() {
   local model=$1 log=$OUT/ours_$1.log
   rm -rf $OUT/$model
-  build/tzrec train_eval --pipeline_config_path=bench/configs/${model}_criteo_bench.config \
+  LOG_LEVEL=DEBUG build/tzrec train_eval --pipeline_config_path=bench/configs/${model}_criteo_bench.config \
     --eval_input_path="" --edit_config_json="{\"train_config.num_epochs\": 0,
       \"train_config.num_steps\": $((WARMUP + STEPS + 1)),
       \"train_config.log_step_count_steps\": $WARMUP}" >$log 2>&1
@@ -90,6 +90,14 @@ for model in deepfm dlrm; do
   # the ratio of separate medians, so it is the headline.
   RATIO[$model]=$(printf '%s\n' "${ratios[@]}" | median | awk '{printf "%.2f", $1}')
   echo "$model: ours ${o} samples/s, reference ${r} samples/s (medians of $RUNS), median per-run ratio ${RATIO[$model]}"
+  # Where our step goes (the trainer's DEBUG breakdown of the last timed window), against the
+  # dense MLP's GEMMs alone (micro_bench mlp: 429-512-256-128 forward + backward at batch 4096).
+  echo "[bench] $model step phases (ms per step): $(grep 'step time breakdown' $OUT/ours_$model.log | tail -n 1 | sed 's/.*(ms per step): //')"
+  if [ $model = deepfm ]; then
+    mlp_ms=$(build/tzrec_micro_bench mlp 2>/dev/null | sed -n 's/.* \([0-9.]*\) ms fwd+bwd.*/\1/p')
+    echo "[bench] deepfm step $(awk -v o=$o 'BEGIN {printf "%.1f", 4096000 / o}') ms against its MLP GEMMs alone $mlp_ms ms (fwd+bwd):" \
+      "$(awk -v o=$o -v m=$mlp_ms 'BEGIN {printf "%.2f", 4096000 / o / m}')x"
+  fi
 
   # Quality: one epoch each, eval AUC on the same eval rows, for several seeds (one-epoch AUC
   # varies by ~0.01 across seeds, more than the tolerance we compare at), reported as means.

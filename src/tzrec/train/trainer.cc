@@ -149,27 +149,55 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
     const double lr = pipeline_->dense_lr->Rate(pipeline_->dense_base_lr, step, epoch);
     if (lr != DenseLearningRate(*pipeline_->dense_optimizer)) SetDenseLearningRate(*pipeline_->dense_optimizer, lr);
   }
+  auto last = std::chrono::steady_clock::now();
+  size_t phase = 0;
+  auto lap = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    if (phase == phase_ms_.size()) phase_ms_.emplace_back(name, 0.0);
+    phase_ms_[phase++].second += std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+  };
   Predictions predictions = model.Predict(batch);
+  lap("forward");
   NamedLosses losses = model.ComputeLosses(predictions, batch);
   at::Tensor total = model.TotalLoss(losses);
   // Before backward: the sparse optimizer updates table rows inside it, so this is the last
   // moment a poisoned step can be stopped with nothing touched.
   CheckFiniteLoss(total, losses, step);
+  lap("loss");
   for (auto& p : dense_params_) p.mutable_grad().reset();
   total.backward();
+  lap("backward");
   if (dist_ && dist_->distributed()) AllReduceDenseGradients(*dist_->pg, dense_params_);
   CheckFiniteGradients(step);
+  lap("dense_allreduce_and_checks");
   pipeline_->dense_optimizer->step();
   // Table rows were already updated inside backward; this advances Adam's step count.
   pipeline_->sparse_optimizer->FinishStep();
+  lap("dense_optimizer");
   if (model.has_train_metrics()) {
     c10::NoGradGuard no_grad;
     model.UpdateTrainMetrics(predictions, batch, dist_ ? dist_->comm() : nullptr);
   }
+  lap("train_metrics");
+  ++phase_steps_;
   StepResult result;
   for (auto& [name, loss] : losses) result.losses.emplace_back(name, loss.detach());
   result.total = total.detach();
   return result;
+}
+
+std::string Trainer::TakePhaseReport() {
+  std::string text;
+  for (auto& [name, ms] : phase_ms_) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%s%s %.2f", text.empty() ? "" : ", ", name.c_str(),
+                  phase_steps_ ? ms / static_cast<double>(phase_steps_) : 0.0);
+    text += buf;
+    ms = 0.0;
+  }
+  phase_steps_ = 0;
+  return text;
 }
 
 void Trainer::CheckFiniteLoss(const at::Tensor& total, const NamedLosses& losses, int64_t step) const {
@@ -462,7 +490,8 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
           line += buf;
         }
         LOG_INFO << line;
-        LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report();
+        LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report() << "; within the step: "
+                  << trainer.TakePhaseReport();
       }
       if (save_steps > 0 && i_step > 0 && i_step % save_steps == 0) save_and_eval(i_step, epoch);
       if (!use_epochs && i_step >= num_steps - 1) {
