@@ -272,6 +272,39 @@ TEST(Serve, KServeInferOnGeneratedFeaturesEqualsPredictOnRawRows) {
   expect_400(bad, "the model has no output 'nope'");
 }
 
+// `clients` keep-alive clients each POST `requests` :predict requests, request r of client c
+// with the rows rows_of(c, r); counts the failed requests and the wrong probabilities.
+struct ClientCounts {
+  int failed = 0, wrong = 0;
+};
+ClientCounts PredictConcurrently(RunningServer& running, int clients, int requests,
+                                 const std::function<std::vector<size_t>(int, int)>& rows_of) {
+  Fixture& f = Shared();
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = running.Client();
+      for (int r = 0; r < requests; ++r) {
+        const std::vector<size_t> rows = rows_of(c, r);
+        Json instances = Json::array();
+        for (size_t row : rows) instances.push_back(f.rows[row]);
+        auto res = client.Post("/v1/models/small:predict", Json{{"instances", instances}}.dump(), "application/json");
+        if (!res || res->status != 200) {
+          ++failed;
+          continue;
+        }
+        const Json answer = Json::parse(res->body)["predictions"];
+        for (size_t k = 0; k < rows.size(); ++k) {
+          if (std::abs(answer[k]["probs"].get<double>() - f.probs[rows[k]]) > 1e-6) ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return {failed.load(), wrong.load()};
+}
+
 TEST(Serve, ConcurrentKeepAliveClientsAreBatchedAndAnsweredExactly) {
   Fixture& f = Shared();
   ServeOptions options = Options();
@@ -279,27 +312,11 @@ TEST(Serve, ConcurrentKeepAliveClientsAreBatchedAndAnsweredExactly) {
   options.max_batch_rows = 64;
   RunningServer running(options);
   constexpr int kClients = 8, kRequests = 25;
-  std::atomic<int> wrong{0}, failed{0};
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      auto client = running.Client();
-      for (int r = 0; r < kRequests; ++r) {
-        const size_t row = (c * kRequests + r) % f.rows.size();
-        auto res = client.Post("/v1/models/small:predict", Json{{"instances", {f.rows[row]}}}.dump(),
-                               "application/json");
-        if (!res || res->status != 200) {
-          ++failed;
-          continue;
-        }
-        const double p = Json::parse(res->body)["predictions"][0]["probs"].get<double>();
-        if (std::abs(p - f.probs[row]) > 1e-6) ++wrong;
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
-  EXPECT_EQ(failed.load(), 0);
-  EXPECT_EQ(wrong.load(), 0);
+  const ClientCounts counts = PredictConcurrently(running, kClients, kRequests, [&](int c, int r) {
+    return std::vector<size_t>{(c * kRequests + r) % f.rows.size()};
+  });
+  EXPECT_EQ(counts.failed, 0);
+  EXPECT_EQ(counts.wrong, 0);
   auto metrics = running.Client().Get("/metrics");
   ASSERT_EQ(metrics->status, 200);
   auto value = [&](const std::string& name) {
@@ -324,36 +341,15 @@ TEST(Serve, RequestsRunConcurrentlyOnTheirOwnThreadsOrTheWorkersAndAreAnsweredEx
   ServeOptions options = Options();
   options.model_workers = 3;
   RunningServer running(options);
-  constexpr int kClients = 8, kRequests = 20;
-  std::atomic<int> wrong{0}, failed{0};
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      auto client = running.Client();
-      for (int r = 0; r < kRequests; ++r) {
-        // Requests of 1 to 8 rows from different places in the data.
-        const size_t first = (c * 7 + r * 3) % f.rows.size(), count = 1 + (c + r) % 8;
-        Json instances = Json::array();
-        std::vector<size_t> rows;
-        for (size_t k = 0; k < count; ++k) {
-          rows.push_back((first + k) % f.rows.size());
-          instances.push_back(f.rows[rows.back()]);
-        }
-        auto res = client.Post("/v1/models/small:predict", Json{{"instances", instances}}.dump(), "application/json");
-        if (!res || res->status != 200) {
-          ++failed;
-          continue;
-        }
-        const Json answer = Json::parse(res->body)["predictions"];
-        for (size_t k = 0; k < count; ++k) {
-          if (std::abs(answer[k]["probs"].get<double>() - f.probs[rows[k]]) > 1e-6) ++wrong;
-        }
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
-  EXPECT_EQ(failed.load(), 0);
-  EXPECT_EQ(wrong.load(), 0);
+  // Requests of 1 to 8 rows from different places in the data.
+  const ClientCounts counts = PredictConcurrently(running, 8, 20, [&](int c, int r) {
+    const size_t first = (c * 7 + r * 3) % f.rows.size(), count = 1 + (c + r) % 8;
+    std::vector<size_t> rows;
+    for (size_t k = 0; k < count; ++k) rows.push_back((first + k) % f.rows.size());
+    return rows;
+  });
+  EXPECT_EQ(counts.failed, 0);
+  EXPECT_EQ(counts.wrong, 0);
 }
 
 TEST(Serve, BadRequestsAreAnsweredWithTheProblemNamed) {
