@@ -36,6 +36,17 @@ std::vector<std::string> RawColumnsOf(const Feature& feature, const fg::FeatureG
   return columns;
 }
 
+// Moves `features` (present in `from`) into `to`.
+void MoveFeatures(const std::vector<const Feature*>& features, ParsedBatch* from, ParsedBatch* to) {
+  for (const Feature* feature : features) {
+    if (feature->is_sparse()) {
+      to->sparse[feature->name()] = std::move(from->sparse.at(feature->name()));
+    } else {
+      to->dense[feature->name()] = std::move(from->dense.at(feature->name()));
+    }
+  }
+}
+
 }  // namespace
 
 TdmPairs::TdmPairs(std::shared_ptr<const TdmSampler> sampler, const std::vector<const Feature*>& features,
@@ -75,26 +86,14 @@ ParsedBatch TdmPairs::NodeFeatures(const std::vector<uint32_t>& nodes) const {
   ParsedBatch parsed = ParseFeatureRows(item_features_, generator_.get(), records);
   ParsedBatch items;
   items.size = parsed.size;
-  for (const Feature* feature : item_features_) {
-    if (feature->is_sparse()) {
-      items.sparse[feature->name()] = std::move(parsed.sparse.at(feature->name()));
-    } else {
-      items.dense[feature->name()] = std::move(parsed.dense.at(feature->name()));
-    }
-  }
+  MoveFeatures(item_features_, &parsed, &items);
   return items;
 }
 
 ParsedBatch TdmPairs::Pair(const ParsedBatch& batch, const std::vector<int64_t>& rows, ParsedBatch items) const {
   TZREC_CHECK(items.size == static_cast<int64_t>(rows.size()), "TdmPairs::Pair: one item row per pair");
   ParsedBatch paired = batch.TakeRows(rows);
-  for (const Feature* feature : item_features_) {
-    if (feature->is_sparse()) {
-      paired.sparse[feature->name()] = std::move(items.sparse.at(feature->name()));
-    } else {
-      paired.dense[feature->name()] = std::move(items.dense.at(feature->name()));
-    }
-  }
+  MoveFeatures(item_features_, &items, &paired);
   return paired;
 }
 

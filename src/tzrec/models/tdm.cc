@@ -126,8 +126,8 @@ class TDM : public Model {
 
  protected:
   std::vector<int64_t> TowerOutputShape(const std::string& tower) const override {
-    if (tower != kEmbeddingTower) Model::TowerOutputShape(tower);
-    return {embedding_group_dim()};
+    if (tower != kEmbeddingTower) return Model::TowerOutputShape(tower);
+    return {query_dim_};
   }
 
  private:
@@ -147,7 +147,6 @@ class TDM : public Model {
     }
     return out;
   }
-  int64_t embedding_group_dim() const { return query_dim_; }
   int64_t query_dim_ = 0;
 
   std::string sequence_group_;

@@ -120,7 +120,8 @@ class BeamSearch {
     const TdmSampler& tree = pairs_->sampler();
     // The root's descendants on the first recall level (nobody is scored above it).
     size_t count = 0;
-    start_.assign(tree.Children(tree.entry_node(), &count), tree.Children(tree.entry_node(), &count) + count);
+    const uint32_t* roots = tree.Children(tree.entry_node(), &count);
+    start_.assign(roots, roots + count);
     for (int level = 0; level < first_level_; ++level) start_ = Children(start_);
     // Item features of every node the search can score, generated once.
     std::vector<uint32_t> scorable;
