@@ -110,14 +110,14 @@ TEST(SupportedFields, RegistryMembersAndTheirFieldsAreCheckedWhereverTheyAppear)
         }
       }
     }
-    train_config { sparse_optimizer { lamb_optimizer {} cosine_annealing_learning_rate {} } }
+    train_config { sparse_optimizer { lamb_optimizer {} linear_decay_learning_rate {} } }
   )", "t");
   auto unsupported = FindUnsupportedFields(config);
   std::vector<std::string> paths;
   for (const auto& u : unsupported) paths.push_back(u.path);
   EXPECT_EQ(paths, (std::vector<std::string>{
                        "train_config.sparse_optimizer.lamb_optimizer",
-                       "train_config.sparse_optimizer.cosine_annealing_learning_rate",
+                       "train_config.sparse_optimizer.linear_decay_learning_rate",
                        "model_config.mmoe.task_towers[0].losses[1].listwise_rank_loss",
                        "model_config.mmoe.task_towers[0].losses[2].weight"}));
   EXPECT_NE(unsupported[0].note.find("supported: adagrad_optimizer, adam_optimizer"), std::string::npos)

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <google/protobuf/text_format.h>
+
 #include <cmath>
+#include <string>
 
 #include "test_util.h"
 #include "tzrec/optim/dense_optimizer.h"
 #include "tzrec/optim/learning_rate.h"
+#include "tzrec/protos/optimizer.pb.h"
 
 namespace tzrec {
 namespace {
@@ -64,9 +68,77 @@ TEST(LearningRate, ConstantByDefaultAndUnknownSchedulesAreErrors) {
   EXPECT_DOUBLE_EQ(CreateLearningRateSchedule(config, "d")->Rate(0.01, 100, 3), 0.01);
   config.mutable_constant_learning_rate();
   EXPECT_DOUBLE_EQ(CreateLearningRateSchedule(config, "d")->Rate(0.02, 0, 0), 0.02);
-  config.mutable_exponential_decay_learning_rate();
+  config.mutable_linear_decay_learning_rate();  // in the proto, not in TorchEasyRec
   EXPECT_TZREC_ERROR(CreateLearningRateSchedule(config, "train_config.dense_optimizer"),
-                     "train_config.dense_optimizer.exponential_decay_learning_rate: not supported yet");
+                     "train_config.dense_optimizer.linear_decay_learning_rate: not supported yet");
+}
+
+// The schedules' values at chosen steps, worked out by hand from TorchEasyRec's formulas
+// (rate of step t = the scheduler after t steps).
+TEST(LearningRate, SchedulesFollowTorchEasyRecsFormulas) {
+  auto schedule = [](const std::string& text) {
+    protos::DenseOptimizer config;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString("adam_optimizer { lr: 0.1 } " + text, &config)) << text;
+    return CreateLearningRateSchedule(config, "train_config.dense_optimizer");
+  };
+  // Exponential, staircase, warmup over 5 steps from 0.01, floor 0.02.
+  auto exp = schedule(R"(exponential_decay_learning_rate { decay_size: 10 decay_factor: 0.5
+      warmup_learning_rate: 0.01 warmup_size: 5 min_learning_rate: 0.02 })");
+  EXPECT_NEAR(exp->Rate(0.1, 0, 0), 0.01, 1e-9);
+  EXPECT_NEAR(exp->Rate(0.1, 2, 0), 0.01 + 0.09 * 0.4, 1e-9);
+  EXPECT_NEAR(exp->Rate(0.1, 5, 0), 0.1, 1e-9);
+  EXPECT_NEAR(exp->Rate(0.1, 14, 0), 0.1, 1e-9);
+  EXPECT_NEAR(exp->Rate(0.1, 15, 0), 0.05, 1e-9);
+  EXPECT_NEAR(exp->Rate(0.1, 25, 0), 0.025, 1e-9);
+  EXPECT_NEAR(exp->Rate(0.1, 35, 0), 0.02, 1e-9);  // 0.0125 under the floor
+  EXPECT_EQ(exp->Rate(0.0, 35, 0), 0.0);            // a zero base rate stays zero
+  auto smooth = schedule("exponential_decay_learning_rate { decay_size: 10 decay_factor: 0.5 staircase: false }");
+  EXPECT_NEAR(smooth->Rate(0.1, 5, 0), 0.1 * std::sqrt(0.5), 1e-9);
+  auto by_epoch = schedule("exponential_decay_learning_rate { decay_size: 1 decay_factor: 0.5 by_epoch: true }");
+  EXPECT_NEAR(by_epoch->Rate(0.1, 1000, 2), 0.025, 1e-9);
+
+  // Manual steps: learning_rates[i - 1] from bisect_left(schedule_sizes, t) = i (so the rate
+  // changes one step after each size).
+  auto manual = schedule("manual_step_learning_rate { schedule_sizes: [10, 20] learning_rates: [0.05, 0.01] }");
+  EXPECT_NEAR(manual->Rate(0.1, 0, 0), 0.1, 1e-9);
+  EXPECT_NEAR(manual->Rate(0.1, 10, 0), 0.1, 1e-9);
+  EXPECT_NEAR(manual->Rate(0.1, 11, 0), 0.05, 1e-9);
+  EXPECT_NEAR(manual->Rate(0.1, 20, 0), 0.05, 1e-9);
+  EXPECT_NEAR(manual->Rate(0.1, 21, 0), 0.01, 1e-9);
+  auto ramp = schedule(
+      "manual_step_learning_rate { schedule_sizes: [10, 20] learning_rates: [0.05, 0.01] warmup: true }");
+  EXPECT_NEAR(ramp->Rate(0.1, 5, 0), 0.075, 1e-9);
+
+  // Cosine to 0.01 over 10 steps after a 2-step warmup from 0, then flat.
+  auto cosine = schedule("cosine_annealing_learning_rate { T_max: 10 min_learning_rate: 0.01 warmup_size: 2 }");
+  EXPECT_NEAR(cosine->Rate(0.1, 1, 0), 0.05, 1e-9);
+  EXPECT_NEAR(cosine->Rate(0.1, 2, 0), 0.1, 1e-9);
+  EXPECT_NEAR(cosine->Rate(0.1, 7, 0), 0.055, 1e-9);
+  EXPECT_NEAR(cosine->Rate(0.1, 12, 0), 0.01, 1e-9);
+  EXPECT_NEAR(cosine->Rate(0.1, 40, 0), 0.01, 1e-9);
+
+  // Warm restarts: periods 4, 8, 16 ... (T_mult 2) start at steps 0, 4, 12, 28.
+  auto restarts = schedule(
+      "cosine_annealing_warm_restarts_learning_rate { T_0: 4 T_mult: 2 min_learning_rate: 0.01 }");
+  EXPECT_NEAR(restarts->Rate(0.1, 0, 0), 0.1, 1e-9);
+  EXPECT_NEAR(restarts->Rate(0.1, 2, 0), 0.055, 1e-9);
+  EXPECT_NEAR(restarts->Rate(0.1, 4, 0), 0.1, 1e-9);
+  EXPECT_NEAR(restarts->Rate(0.1, 8, 0), 0.055, 1e-9);
+  EXPECT_NEAR(restarts->Rate(0.1, 12, 0), 0.1, 1e-9);
+  EXPECT_NEAR(restarts->Rate(0.1, 20, 0), 0.055, 1e-9);
+  EXPECT_NEAR(restarts->Rate(0.1, 28, 0), 0.1, 1e-9);
+  auto fixed = schedule("cosine_annealing_warm_restarts_learning_rate { T_0: 4 }");
+  EXPECT_NEAR(fixed->Rate(0.1, 6, 0), 0.05, 1e-9);
+  EXPECT_NEAR(fixed->Rate(0.1, 8, 0), 0.1, 1e-9);
+
+  EXPECT_TZREC_ERROR(schedule("exponential_decay_learning_rate {}"),
+                     "train_config.dense_optimizer.exponential_decay_learning_rate.decay_size: must be > 0");
+  EXPECT_TZREC_ERROR(schedule("manual_step_learning_rate { schedule_sizes: [1, 2] learning_rates: [0.1] }"),
+                     "manual_step_learning_rate: schedule_sizes and learning_rates need the same number");
+  EXPECT_TZREC_ERROR(schedule("manual_step_learning_rate { schedule_sizes: [5, 5] learning_rates: [0.1, 0.2] }"),
+                     "schedule_sizes: must increase");
+  EXPECT_TZREC_ERROR(schedule("cosine_annealing_learning_rate {}"), "cosine_annealing_learning_rate.T_max: must be > 0");
+  EXPECT_TZREC_ERROR(schedule("cosine_annealing_warm_restarts_learning_rate { T_0: 0 }"), ".T_0: must be > 0");
 }
 
 }  // namespace

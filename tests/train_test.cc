@@ -4,6 +4,9 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <sstream>
+#include <map>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -181,6 +184,73 @@ TEST(Training, ResumeGivesTheSameWeightsAsAnUninterruptedRun) {
     return text.substr(at, text.find('\n', at) - at);
   };
   EXPECT_EQ(line_19(ra), line_19(rb));
+}
+
+// Decaying rates for both optimizers: each step logs the rate TorchEasyRec's formulas give for
+// it, and a run stopped after step 6 and continued logs the same rates for steps 7-11 and ends
+// with the same weights as an uninterrupted one (the rate depends on the global step only).
+TEST(Training, LearningRateSchedulesFollowTheStepAndResumeExactly) {
+  TempDir dir;
+  const std::string config = WriteSmallConfig(dir);
+  std::string text = ReadFileToString(config);
+  auto replace_first = [&](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  replace_first("constant_learning_rate {}",
+                "exponential_decay_learning_rate { decay_size: 3 decay_factor: 0.5 "
+                "warmup_learning_rate: 0.01 warmup_size: 2 }");
+  replace_first("constant_learning_rate {}", "cosine_annealing_learning_rate { T_max: 12 min_learning_rate: 0.0005 }");
+  testing::WriteFile(config, text);
+  auto sparse_rate = [](int64_t i) { return i < 2 ? 0.01 + 0.04 * i / 2.0 : 0.05 * std::pow(0.5, (i - 2) / 3); };
+  auto dense_rate = [](int64_t i) { return 0.0005 + 0.0015 * 0.5 * (1.0 + std::cos(M_PI * i / 12.0)); };
+  // Step -> (lr_g0, lr_g1) of the log lines.
+  auto logged_rates = [](const std::string& log) {
+    std::map<int64_t, std::pair<double, double>> rates;
+    std::istringstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t it = line.find("it [");
+      const size_t g0 = line.find("lr_g0:"), g1 = line.find("lr_g1:");
+      if (line.find("Training Epoch") == std::string::npos || it == std::string::npos || g0 == std::string::npos) continue;
+      const size_t colon = line.rfind(": ", it);
+      rates[std::stoll(line.substr(colon + 2, it - colon - 2))] = {std::stod(line.substr(g0 + 6)), std::stod(line.substr(g1 + 6))};
+    }
+    return rates;
+  };
+  auto check = [&](const std::map<int64_t, std::pair<double, double>>& rates, int64_t first, int64_t last) {
+    for (int64_t i = first; i <= last; ++i) {
+      ASSERT_TRUE(rates.count(i)) << "no log line for step " << i;
+      EXPECT_NEAR(rates.at(i).first, sparse_rate(i), 6e-6) << "step " << i;
+      EXPECT_NEAR(rates.at(i).second, dense_rate(i), 6e-6) << "step " << i;
+    }
+  };
+  const std::string edits = R"("data_config.shuffle": false, "train_config.log_step_count_steps": 1)";
+  DeterministicRuntime();
+  auto straight = SmallOptions(dir, config, dir.File("straight"));
+  straight.edit_config_json = "{" + edits + R"(, "train_config.num_steps": 12})";
+  ::testing::internal::CaptureStderr();
+  TrainAndEvaluate(straight);
+  check(logged_rates(::testing::internal::GetCapturedStderr()), 0, 11);
+
+  DeterministicRuntime();
+  auto first = SmallOptions(dir, config, dir.File("resumed"));
+  first.edit_config_json = "{" + edits + R"(, "train_config.num_steps": 7})";
+  TrainAndEvaluate(first);
+  DeterministicRuntime();
+  auto second = SmallOptions(dir, config, dir.File("resumed"));
+  second.continue_train = true;
+  second.edit_config_json = straight.edit_config_json;
+  ::testing::internal::CaptureStderr();
+  TrainAndEvaluate(second);
+  const auto resumed_rates = logged_rates(::testing::internal::GetCapturedStderr());
+  check(resumed_rates, 7, 11);
+  EXPECT_FALSE(resumed_rates.count(6));
+  auto a = LoadModelFile(ListCheckpoints(dir.File("straight")).back().path);
+  auto b = LoadModelFile(ListCheckpoints(dir.File("resumed")).back().path);
+  ASSERT_EQ(a.size(), b.size());
+  for (auto& kv : a) EXPECT_TRUE(torch::equal(kv.second, b.at(kv.first))) << kv.first;
 }
 
 // Parquet from gen_data; a run killed after its checkpoint at step 5 continues with twice the
