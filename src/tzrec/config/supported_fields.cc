@@ -34,7 +34,8 @@ const std::vector<std::string>& PipelineFields() {
       "train_config.fine_tune_checkpoint",
       "train_config.log_step_count_steps",
       "train_config.keep_checkpoint_max",
-      "train_config.use_tensorboard",  // only `false` is accepted (checked by the trainer)
+      "train_config.use_tensorboard",
+      "train_config.tensorboard_summaries",  // loss and learning_rate (others refused by the trainer)
       "train_config.global_embedding_constraints.*",  // checked by the sharding planner
       "export_config.exporter_type",  // tzrec export (best: by best_exporter_metric)
       "export_config.best_exporter_metric",

@@ -27,6 +27,7 @@
 #include "tzrec/train/model_dir.h"
 #include "tzrec/train/non_finite.h"
 #include "tzrec/train/runtime.h"
+#include "tzrec/train/tensorboard.h"
 #include "tzrec/version.h"
 
 namespace tzrec {
@@ -104,10 +105,24 @@ void CheckTrainConfig(const protos::TrainConfig& train) {
     Fail("train_config.num_epochs or train_config.num_steps should be set, and can not be set "
          "at the same time.");
   }
-  if (train.has_use_tensorboard() && train.use_tensorboard()) {
-    Fail("train_config.use_tensorboard: true not supported yet (TensorBoard event files are not "
-         "written yet; set it to false)");
+  // TorchEasyRec always writes losses and learning rates; the histogram and gradient-norm
+  // summaries are not written yet.
+  for (const std::string& summary : train.tensorboard_summaries()) {
+    if (summary == "loss" || summary == "learning_rate") continue;
+    if (summary == "parameter" || summary == "global_gradient_norm" || summary == "gradient_norm" ||
+        summary == "gradient") {
+      Fail("train_config.tensorboard_summaries: '", summary, "' not supported yet (supported: loss, learning_rate)");
+    }
+    Fail("train_config.tensorboard_summaries: '", summary, "' is none of loss, learning_rate, parameter, ",
+         "global_gradient_norm, gradient_norm, gradient");
   }
+}
+
+// Scalars of a metrics map as TorchEasyRec names them ("metric/<name>").
+template <typename Metrics>
+void WriteMetricScalars(EventWriter* writer, const Metrics& metrics, int64_t step) {
+  if (!writer) return;
+  for (const auto& [name, value] : metrics) writer->AddScalar("metric/" + name, value, step);
 }
 
 }  // namespace
@@ -388,6 +403,14 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   const int64_t save_steps = save_epochs > 0 ? 0 : train.save_checkpoints_steps();
   const int64_t log_every = std::max<int64_t>(1, train.log_step_count_steps());
   const std::string result_file = JoinPath(model_dir, kTrainEvalResultFile);
+  // TensorBoard (train_config.use_tensorboard, true by default as in TorchEasyRec): the chief
+  // writes the training scalars in model_dir and the evaluations' in model_dir/eval_val, from
+  // here on (a run that fails its checks before leaves no event files).
+  std::unique_ptr<EventWriter> train_events, eval_events;
+  if (chief && train.use_tensorboard()) {
+    train_events = std::make_unique<EventWriter>(model_dir);
+    eval_events = std::make_unique<EventWriter>(JoinPath(model_dir, "eval_val"));
+  }
 
   int64_t last_saved = -1;
   if (skip_steps >= 0) {
@@ -395,8 +418,10 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     // Killed between the save and its evaluation: evaluate the checkpoint we continue from.
     if (eval_data && !EvaluatedSteps(result_file).count(skip_steps)) {
       LOG_INFO << "Checkpoint " << restore_from->path << " was never evaluated; evaluating it first";
-      trainer.Evaluate(*eval_data, skip_steps, resume_data_position ? data_state.epochs_completed() : -1,
-                       result_file);
+      WriteMetricScalars(eval_events.get(),
+                         trainer.Evaluate(*eval_data, skip_steps,
+                                          resume_data_position ? data_state.epochs_completed() : -1, result_file),
+                         skip_steps);
     }
   }
   auto save_and_eval = [&](int64_t step, int64_t epoch) {
@@ -426,7 +451,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                    keep_step);
     if (dist->distributed()) dist->pg->Barrier();  // the checkpoint is complete before any rank goes on
     last_saved = step;
-    if (eval_data) trainer.Evaluate(*eval_data, step, epoch, result_file);
+    if (eval_data) WriteMetricScalars(eval_events.get(), trainer.Evaluate(*eval_data, step, epoch, result_file), step);
   };
 
   int64_t i_step = -1;  // index of the last trained step
@@ -490,6 +515,13 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
           line += buf;
         }
         LOG_INFO << line;
+        if (train_events) {
+          for (const auto& [name, value] : global.losses) train_events->AddScalar("loss/" + name, value, i_step);
+          train_events->AddScalar("loss/total", global.total, i_step);
+          train_events->AddScalar("lr/g0", pipeline->sparse_optimizer->lr(), i_step);
+          train_events->AddScalar("lr/g1", DenseLearningRate(*pipeline->dense_optimizer), i_step);
+          WriteMetricScalars(train_events.get(), model.TrainMetricValues(), i_step);
+        }
         LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report() << "; within the step: "
                   << trainer.TakePhaseReport();
       }
@@ -540,7 +572,13 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
     if (dist->rank() == 0) MakeDirs(config.model_dir());
   }
   Trainer trainer(pipeline.get(), dist.get());
-  return trainer.Evaluate(*eval_data, ckpt->step, -1, result_file);
+  std::map<std::string, double> metrics = trainer.Evaluate(*eval_data, ckpt->step, -1, result_file);
+  // As TorchEasyRec: the chief writes the metrics for TensorBoard in model_dir/eval.
+  if (dist->rank() == 0) {
+    EventWriter events(JoinPath(config.model_dir(), "eval"));
+    WriteMetricScalars(&events, metrics, ckpt->step);
+  }
+  return metrics;
 }
 
 }  // namespace tzrec
