@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -42,6 +43,38 @@ std::vector<nlohmann::json> ReadEvents(const std::string& dir) {
   }
   EXPECT_EQ(files, 1) << dir;
   return events;
+}
+
+// gradient_norm: each dense parameter's gradient norm at the logged steps (tables have none);
+// global_gradient_norm: the norm of those norms. Checked against the last step's gradients.
+TEST(TensorBoard, GradientNormsOfTheDenseParameters) {
+  TempDir dir;
+  const std::string config = WriteSmallConfig(dir);
+  auto options = SmallOptions(dir, config, dir.File("model"));
+  options.eval_input_path.clear();
+  options.edit_config_json = R"({"train_config.use_tensorboard": true, "train_config.num_steps": 3,
+      "train_config.log_step_count_steps": 1, "train_config.save_checkpoints_steps": 100,
+      "train_config.tensorboard_summaries": ["global_gradient_norm", "gradient_norm"]})";
+  TrainAndEvaluate(options);
+  std::map<std::string, std::map<int64_t, double>> scalars;
+  for (const auto& e : ReadEvents(dir.File("model"))) {
+    if (e.contains("tag")) scalars[e["tag"].get<std::string>()][e["step"].get<int64_t>()] = e["value"].get<double>();
+  }
+  ASSERT_EQ(scalars["global_gradient_norm"].size(), 3u);
+  int per_parameter = 0;
+  for (int64_t step = 0; step < 3; ++step) {
+    double squares = 0.0;
+    for (const auto& [tag, values] : scalars) {
+      if (tag.size() < 14 || tag.substr(tag.size() - 14) != "/gradient_norm") continue;
+      EXPECT_EQ(tag.find("embedding_group"), std::string::npos) << tag;
+      ASSERT_TRUE(values.count(step)) << tag;
+      squares += values.at(step) * values.at(step);
+      if (step == 0) ++per_parameter;
+    }
+    EXPECT_NEAR(scalars["global_gradient_norm"][step], std::sqrt(squares), 1e-4 * std::sqrt(squares)) << step;
+    EXPECT_GT(squares, 0.0);
+  }
+  EXPECT_GE(per_parameter, 4);  // the MLP weights and biases at least
 }
 
 TEST(TensorBoard, Crc32cMatchesTheCastagnoliCheckValue) {
@@ -111,7 +144,8 @@ TEST(TensorBoard, TrainingAndEvaluationWriteEventFilesTensorBoardReads) {
   // Summaries that are not written yet are refused by name.
   auto histograms = SmallOptions(dir, config, dir.File("other"));
   histograms.edit_config_json = R"({"train_config.tensorboard_summaries": ["gradient"]})";
-  EXPECT_TZREC_ERROR(TrainAndEvaluate(histograms), "train_config.tensorboard_summaries: 'gradient' not supported yet");
+  EXPECT_TZREC_ERROR(TrainAndEvaluate(histograms),
+                     "train_config.tensorboard_summaries: 'gradient' (histograms) not supported yet");
   histograms.edit_config_json = R"({"train_config.tensorboard_summaries": ["losses"]})";
   EXPECT_TZREC_ERROR(TrainAndEvaluate(histograms), "'losses' is none of loss, learning_rate");
 }

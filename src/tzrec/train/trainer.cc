@@ -4,6 +4,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -105,17 +106,24 @@ void CheckTrainConfig(const protos::TrainConfig& train) {
     Fail("train_config.num_epochs or train_config.num_steps should be set, and can not be set "
          "at the same time.");
   }
-  // TorchEasyRec always writes losses and learning rates; the histogram and gradient-norm
-  // summaries are not written yet.
+  // TorchEasyRec always writes losses and learning rates; the histograms are not written yet.
   for (const std::string& summary : train.tensorboard_summaries()) {
-    if (summary == "loss" || summary == "learning_rate") continue;
-    if (summary == "parameter" || summary == "global_gradient_norm" || summary == "gradient_norm" ||
-        summary == "gradient") {
-      Fail("train_config.tensorboard_summaries: '", summary, "' not supported yet (supported: loss, learning_rate)");
+    if (summary == "loss" || summary == "learning_rate" || summary == "global_gradient_norm" ||
+        summary == "gradient_norm") {
+      continue;
+    }
+    if (summary == "parameter" || summary == "gradient") {
+      Fail("train_config.tensorboard_summaries: '", summary, "' (histograms) not supported yet (supported: loss, ",
+           "learning_rate, global_gradient_norm, gradient_norm)");
     }
     Fail("train_config.tensorboard_summaries: '", summary, "' is none of loss, learning_rate, parameter, ",
          "global_gradient_norm, gradient_norm, gradient");
   }
+}
+
+bool HasSummary(const protos::TrainConfig& train, const std::string& name) {
+  return std::find(train.tensorboard_summaries().begin(), train.tensorboard_summaries().end(), name) !=
+         train.tensorboard_summaries().end();
 }
 
 // Scalars of a metrics map as TorchEasyRec names them ("metric/<name>").
@@ -200,6 +208,15 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   for (auto& [name, loss] : losses) result.losses.emplace_back(name, loss.detach());
   result.total = total.detach();
   return result;
+}
+
+std::vector<std::pair<std::string, double>> Trainer::GradientNorms() const {
+  std::vector<std::pair<std::string, double>> norms;
+  for (const auto& item : pipeline_->model->named_parameters()) {
+    const at::Tensor& grad = item.value().grad();
+    if (grad.defined()) norms.emplace_back(item.key(), grad.norm().item<double>());
+  }
+  return norms;
 }
 
 std::string Trainer::TakePhaseReport() {
@@ -521,6 +538,16 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
           train_events->AddScalar("lr/g0", pipeline->sparse_optimizer->lr(), i_step);
           train_events->AddScalar("lr/g1", DenseLearningRate(*pipeline->dense_optimizer), i_step);
           WriteMetricScalars(train_events.get(), model.TrainMetricValues(), i_step);
+          const bool global_norm = HasSummary(train, "global_gradient_norm");
+          const bool norms = HasSummary(train, "gradient_norm");
+          if (global_norm || norms) {
+            double squares = 0.0;
+            for (const auto& [name, norm] : trainer.GradientNorms()) {
+              squares += norm * norm;
+              if (norms) train_events->AddScalar(name + "/gradient_norm", norm, i_step);
+            }
+            if (global_norm) train_events->AddScalar("global_gradient_norm", std::sqrt(squares), i_step);
+          }
         }
         LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report() << "; within the step: "
                   << trainer.TakePhaseReport();

@@ -79,6 +79,11 @@ class Trainer {
   // How many ranks have a batch this step (a collective with more than one rank).
   int RanksWithBatch(bool has_batch) const;
 
+  // L2 norms of the dense parameters' gradients of the last step, by parameter name (tables
+  // have none: they update inside the backward), for tensorboard_summaries gradient_norm and
+  // global_gradient_norm (the norm of these norms).
+  std::vector<std::pair<std::string, double>> GradientNorms() const;
+
   // Mean wall ms per step of TrainStep's phases since the last call ("forward 23.10, loss
   // 0.20, backward 37.30, ..."; backward includes the tables' fused updates); resets.
   std::string TakePhaseReport();
