@@ -422,8 +422,8 @@ TEST(Training, ConfigErrorsBeforeTraining) {
   // CSV files read as Parquet: named, before training starts.
   options.edit_config_json = R"({"data_config.dataset_type": "ParquetDataset"})";
   EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "part-00000.csv: not a Parquet file");
-  options.edit_config_json = R"({"train_config.tensorboard_summaries": ["parameter"]})";
-  EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "tensorboard_summaries: 'parameter' (histograms) not supported yet");
+  options.edit_config_json = R"({"train_config.tensorboard_summaries": ["params"]})";
+  EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "tensorboard_summaries: 'params' is none of loss, learning_rate");
   options.edit_config_json = R"({"model_config.losses[0]": "{listwise_rank_loss {}}"})";
   EXPECT_TZREC_ERROR(TrainAndEvaluate(options), "model_config.losses[0].listwise_rank_loss: not supported yet");
   // A metric that reads what the task's losses do not predict.

@@ -2,7 +2,9 @@
 """Independent reader of TensorBoard event files for the tests: TFRecord framing with masked
 CRC-32C (bitwise, not table-driven like tzrec's writer) and TensorFlow's Event / Summary
 protobuf fields decoded by hand. Prints one JSON object per event:
-{"wall_time", "step", "file_version"} or {"wall_time", "step", "tag", "value"}.
+{"wall_time", "step", "file_version"}, {"wall_time", "step", "tag", "value"} or, for
+histograms, {"wall_time", "step", "tag", "histo": {min, max, num, sum, sum_squares,
+bucket_limit, bucket}}.
 Exits non-zero naming the record when a length or CRC does not check."""
 import json
 import struct
@@ -54,6 +56,19 @@ def varint(buf, i):
             return result, i
 
 
+def histogram(buf):
+    """TensorFlow's HistogramProto: min, max, num, sum, sum_squares, bucket_limit, bucket."""
+    names = {1: "min", 2: "max", 3: "num", 4: "sum", 5: "sum_squares"}
+    out = {"bucket_limit": [], "bucket": []}
+    for field, wire, value in fields(buf):
+        if field in names and wire == 1:
+            out[names[field]] = struct.unpack("<d", value)[0]
+        elif field in (6, 7) and wire == 2:
+            key = "bucket_limit" if field == 6 else "bucket"
+            out[key] += list(struct.unpack("<%dd" % (len(value) // 8), value))
+    return out
+
+
 def main(path):
     data = open(path, "rb").read()
     pos = record = 0
@@ -86,6 +101,8 @@ def main(path):
                             event["tag"] = vv.decode()
                         elif vf == 2 and vw == 5:
                             event["value"] = struct.unpack("<f", vv)[0]
+                        elif vf == 5 and vw == 2:
+                            event["histo"] = histogram(vv)
         print(json.dumps(event))
 
 

@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
 #include <chrono>
 #include <cstring>
 
@@ -100,6 +104,60 @@ void EventWriter::AddScalar(const std::string& tag, double value, int64_t step) 
   PutBytes(&summary_value, 1, tag);
   PutTag(&summary_value, 2, 5);
   PutFixed<float>(&summary_value, static_cast<float>(value));
+  std::string summary;
+  PutBytes(&summary, 1, summary_value);
+  std::string event = EventHeader(step);
+  PutBytes(&event, 5, summary);
+  WriteRecord(event);
+}
+
+void EventWriter::AddHistogram(const std::string& tag, const float* values, int64_t count, int64_t step) {
+  // TensorFlow's default bucket edges, ascending: -DBL_MAX, -1e20.. -1e-12, 0, 1e-12 .. 1e20, DBL_MAX.
+  static const std::vector<double> edges = [] {
+    std::vector<double> positive;
+    for (double v = 1e-12; v < 1e20; v *= 1.1) positive.push_back(v);
+    std::vector<double> all = {-std::numeric_limits<double>::max()};
+    for (auto it = positive.rbegin(); it != positive.rend(); ++it) all.push_back(-*it);
+    all.push_back(0.0);
+    all.insert(all.end(), positive.begin(), positive.end());
+    all.push_back(std::numeric_limits<double>::max());
+    return all;
+  }();
+  // As TensorFlow's Histogram: bucket i holds the values in [edges[i-1], edges[i]).
+  std::vector<double> counts(edges.size(), 0.0);
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0.0, squares = 0.0, num = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double v = values[i];
+    if (!std::isfinite(v)) continue;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+    squares += v * v;
+    num += 1.0;
+    counts[std::upper_bound(edges.begin(), edges.end(), v) - edges.begin()] += 1.0;
+  }
+  size_t first = 0, last = counts.size();
+  while (first < last && counts[first] == 0.0) ++first;
+  while (last > first && counts[last - 1] == 0.0) --last;
+  // HistogramProto: min 1, max 2, num 3, sum 4, sum_squares 5 (doubles), bucket_limit 6 and
+  // bucket 7 (packed doubles).
+  std::string histo;
+  const double fields[] = {num > 0 ? lo : 0.0, num > 0 ? hi : 0.0, num, sum, squares};
+  for (int f = 0; f < 5; ++f) {
+    PutTag(&histo, f + 1, 1);
+    PutFixed<double>(&histo, fields[f]);
+  }
+  std::string limits, buckets;
+  for (size_t i = first; i < last; ++i) {
+    PutFixed<double>(&limits, edges[i]);
+    PutFixed<double>(&buckets, counts[i]);
+  }
+  PutBytes(&histo, 6, limits);
+  PutBytes(&histo, 7, buckets);
+  // Summary.Value: tag = 1, histo = 5.
+  std::string summary_value;
+  PutBytes(&summary_value, 1, tag);
+  PutBytes(&summary_value, 5, histo);
   std::string summary;
   PutBytes(&summary, 1, summary_value);
   std::string event = EventHeader(step);

@@ -25,6 +25,10 @@ class EventWriter {
 
   // One scalar at `step`, flushed at once (TensorBoard reads files as they grow).
   void AddScalar(const std::string& tag, double value, int64_t step);
+  // A histogram of `count` values (TensorFlow's HistogramProto over its default exponential
+  // buckets: edges +-1e-12 * 1.1^k up to 1e20, empty buckets at both ends left out, as torch's
+  // SummaryWriter writes them). Non-finite values are not counted.
+  void AddHistogram(const std::string& tag, const float* values, int64_t count, int64_t step);
   const std::string& path() const { return path_; }
 
  private:

@@ -106,15 +106,11 @@ void CheckTrainConfig(const protos::TrainConfig& train) {
     Fail("train_config.num_epochs or train_config.num_steps should be set, and can not be set "
          "at the same time.");
   }
-  // TorchEasyRec always writes losses and learning rates; the histograms are not written yet.
+  // TorchEasyRec always writes losses and learning rates.
   for (const std::string& summary : train.tensorboard_summaries()) {
     if (summary == "loss" || summary == "learning_rate" || summary == "global_gradient_norm" ||
-        summary == "gradient_norm") {
+        summary == "gradient_norm" || summary == "parameter" || summary == "gradient") {
       continue;
-    }
-    if (summary == "parameter" || summary == "gradient") {
-      Fail("train_config.tensorboard_summaries: '", summary, "' (histograms) not supported yet (supported: loss, ",
-           "learning_rate, global_gradient_norm, gradient_norm)");
     }
     Fail("train_config.tensorboard_summaries: '", summary, "' is none of loss, learning_rate, parameter, ",
          "global_gradient_norm, gradient_norm, gradient");
@@ -547,6 +543,24 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
               if (norms) train_events->AddScalar(name + "/gradient_norm", norm, i_step);
             }
             if (global_norm) train_events->AddScalar("global_gradient_norm", std::sqrt(squares), i_step);
+          }
+          // Histograms of the dense parameters ("<name>") and their gradients ("<name>/gradient"),
+          // as TorchEasyRec; tables are left out (TorchEasyRec logs only this rank's shard of
+          // sharded ones, and our fused tables have no gradient tensor).
+          const bool parameters = HasSummary(train, "parameter"), gradients = HasSummary(train, "gradient");
+          if (parameters || gradients) {
+            for (const auto& item : model.named_parameters()) {
+              const std::string& name = item.key();
+              if (name.rfind("embedding_group.", 0) == 0) continue;
+              if (parameters) {
+                at::Tensor p = item.value().detach().contiguous();
+                train_events->AddHistogram(name, p.data_ptr<float>(), p.numel(), i_step);
+              }
+              if (gradients && item.value().grad().defined()) {
+                at::Tensor g = item.value().grad().contiguous();
+                train_events->AddHistogram(name + "/gradient", g.data_ptr<float>(), g.numel(), i_step);
+              }
+            }
           }
         }
         LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report() << "; within the step: "
