@@ -253,6 +253,32 @@ TEST(Training, LearningRateSchedulesFollowTheStepAndResumeExactly) {
   for (auto& kv : a) EXPECT_TRUE(torch::equal(kv.second, b.at(kv.first))) << kv.first;
 }
 
+// is_profiling: a Chrome trace (JSON array of complete events, as chrome://tracing and
+// Perfetto read it) of the run's 3rd to 12th steps in model_dir/train_eval_trace.
+TEST(Training, IsProfilingWritesAChromeTraceOfTenSteps) {
+  TempDir dir;
+  const std::string config = WriteSmallConfig(dir);
+  auto options = SmallOptions(dir, config, dir.File("model"));
+  options.eval_input_path.clear();
+  options.edit_config_json = R"({"train_config.is_profiling": true, "train_config.num_steps": 15})";
+  TrainAndEvaluate(options);
+  const auto traces = ListDirectory(dir.File("model/train_eval_trace"));
+  ASSERT_EQ(traces.size(), 1u);
+  EXPECT_NE(traces[0].find(".pt.trace.json"), std::string::npos) << traces[0];
+  const auto trace = nlohmann::json::parse(ReadFileToString(dir.File("model/train_eval_trace/" + traces[0])));
+  ASSERT_TRUE(trace.is_array());
+  std::map<std::string, int> complete;
+  for (const auto& event : trace) {
+    if (event.value("ph", "") != "X") continue;
+    ASSERT_TRUE(event.contains("ts") && event.contains("dur")) << event.dump();
+    ++complete[event["name"].get<std::string>()];
+  }
+  EXPECT_EQ(complete["tzrec::forward"], 10);
+  EXPECT_EQ(complete["tzrec::backward"], 10);
+  EXPECT_EQ(complete["tzrec::dense_optimizer"], 10);
+  EXPECT_GT(complete.size(), 10u);  // the ATen operators too
+}
+
 // Parquet from gen_data; a run killed after its checkpoint at step 5 continues with twice the
 // readers: the remaining rows are re-split and the epoch ends after exactly the batches of an
 // uninterrupted run (1000 rows = 20 batches of 50; 700 left = 7 per reader).

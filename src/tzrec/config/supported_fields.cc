@@ -33,6 +33,7 @@ const std::vector<std::string>& PipelineFields() {
       "train_config.save_checkpoints_epochs",
       "train_config.fine_tune_checkpoint",
       "train_config.log_step_count_steps",
+      "train_config.is_profiling",
       "train_config.keep_checkpoint_max",
       "train_config.use_tensorboard",
       "train_config.tensorboard_summaries",  // loss and learning_rate (others refused by the trainer)

@@ -31,6 +31,10 @@
 #include "tzrec/train/tensorboard.h"
 #include "tzrec/version.h"
 
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <unistd.h>
+
 namespace tzrec {
 namespace {
 
@@ -176,7 +180,13 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
     phase_ms_[phase++].second += std::chrono::duration<double, std::milli>(now - last).count();
     last = now;
   };
-  Predictions predictions = model.Predict(batch);
+  // Scopes named for profiles (is_profiling): the custom autograd functions inside are
+  // otherwise invisible in the forward.
+  Predictions predictions;
+  {
+    RECORD_USER_SCOPE("tzrec::forward");
+    predictions = model.Predict(batch);
+  }
   lap("forward");
   NamedLosses losses = model.ComputeLosses(predictions, batch);
   at::Tensor total = model.TotalLoss(losses);
@@ -185,12 +195,18 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   CheckFiniteLoss(total, losses, step);
   lap("loss");
   for (auto& p : dense_params_) p.mutable_grad().reset();
-  total.backward();
+  {
+    RECORD_USER_SCOPE("tzrec::backward");
+    total.backward();
+  }
   lap("backward");
   if (dist_ && dist_->distributed()) AllReduceDenseGradients(*dist_->pg, dense_params_);
   CheckFiniteGradients(step);
   lap("dense_allreduce_and_checks");
-  pipeline_->dense_optimizer->step();
+  {
+    RECORD_USER_SCOPE("tzrec::dense_optimizer");
+    pipeline_->dense_optimizer->step();
+  }
   // Table rows were already updated inside backward; this advances Adam's step count.
   pipeline_->sparse_optimizer->FinishStep();
   lap("dense_optimizer");
@@ -468,6 +484,9 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   };
 
   int64_t i_step = -1;  // index of the last trained step
+  int64_t profiled_steps = 0;  // steps trained by this run, while is_profiling counts them
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> profiler;
+  std::string trace_path;
   int64_t skipped = 0;
   auto last_log_time = std::chrono::steady_clock::now();
   int64_t last_log_step = skip_steps;
@@ -498,7 +517,23 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
         continue;
       }
       ++i_step;
+      // is_profiling: as TorchEasyRec's schedule (wait 1, warmup 1, active 10), the 3rd to 12th
+      // steps of this run go into a Chrome trace in model_dir/train_eval_trace, one per rank.
+      if (train.is_profiling() && profiled_steps == 2) {
+        const std::string trace_dir = JoinPath(model_dir, "train_eval_trace");
+        MakeDirs(trace_dir);
+        char host[256] = "localhost";
+        gethostname(host, sizeof(host) - 1);
+        const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+        trace_path = JoinPath(trace_dir, StrCat(host, "_", static_cast<int64_t>(getpid()), ".", ms, ".pt.trace.json"));
+        profiler = std::make_unique<torch::autograd::profiler::RecordProfile>(trace_path);
+      }
       Trainer::StepResult step = trainer.TrainStep(batch, i_step, epoch);
+      if (train.is_profiling() && ++profiled_steps == 12 && profiler) {
+        profiler.reset();  // writes the trace
+        LOG_INFO << "profile of 10 training steps written to " << trace_path;
+      }
       timer.Lap("step");
       data_state.Consume(batch.positions);
 
