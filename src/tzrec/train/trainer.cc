@@ -326,6 +326,49 @@ std::map<std::string, double> Trainer::Evaluate(const Dataset& dataset, int64_t 
   return metrics;
 }
 
+namespace {
+
+// The training scalars (and the tensorboard_summaries extras) of a logged step, named as
+// TorchEasyRec names them.
+void WriteTrainSummaries(EventWriter* events, const protos::TrainConfig& train, const Trainer& trainer,
+                         const Pipeline& pipeline, Model& model, const Trainer::LossValues& global, int64_t step) {
+  for (const auto& [name, value] : global.losses) events->AddScalar("loss/" + name, value, step);
+  events->AddScalar("loss/total", global.total, step);
+  events->AddScalar("lr/g0", pipeline.sparse_optimizer->lr(), step);
+  events->AddScalar("lr/g1", DenseLearningRate(*pipeline.dense_optimizer), step);
+  WriteMetricScalars(events, model.TrainMetricValues(), step);
+  const bool global_norm = HasSummary(train, "global_gradient_norm");
+  const bool norms = HasSummary(train, "gradient_norm");
+  if (global_norm || norms) {
+    double squares = 0.0;
+    for (const auto& [name, norm] : trainer.GradientNorms()) {
+      squares += norm * norm;
+      if (norms) events->AddScalar(name + "/gradient_norm", norm, step);
+    }
+    if (global_norm) events->AddScalar("global_gradient_norm", std::sqrt(squares), step);
+  }
+  // Histograms of the dense parameters ("<name>") and their gradients ("<name>/gradient"),
+  // as TorchEasyRec; tables are left out (TorchEasyRec logs only this rank's shard of
+  // sharded ones, and our fused tables have no gradient tensor).
+  const bool parameters = HasSummary(train, "parameter"), gradients = HasSummary(train, "gradient");
+  if (parameters || gradients) {
+    for (const auto& item : model.named_parameters()) {
+      const std::string& name = item.key();
+      if (name.rfind("embedding_group.", 0) == 0) continue;
+      if (parameters) {
+        at::Tensor p = item.value().detach().contiguous();
+        events->AddHistogram(name, p.data_ptr<float>(), p.numel(), step);
+      }
+      if (gradients && item.value().grad().defined()) {
+        at::Tensor g = item.value().grad().contiguous();
+        events->AddHistogram(name + "/gradient", g.data_ptr<float>(), g.numel(), step);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void TrainAndEvaluate(const TrainEvalOptions& options) {
   protos::EasyRecConfig config = LoadTrainConfig(options);
   const auto& train = config.train_config();
@@ -563,41 +606,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
           line += buf;
         }
         LOG_INFO << line;
-        if (train_events) {
-          for (const auto& [name, value] : global.losses) train_events->AddScalar("loss/" + name, value, i_step);
-          train_events->AddScalar("loss/total", global.total, i_step);
-          train_events->AddScalar("lr/g0", pipeline->sparse_optimizer->lr(), i_step);
-          train_events->AddScalar("lr/g1", DenseLearningRate(*pipeline->dense_optimizer), i_step);
-          WriteMetricScalars(train_events.get(), model.TrainMetricValues(), i_step);
-          const bool global_norm = HasSummary(train, "global_gradient_norm");
-          const bool norms = HasSummary(train, "gradient_norm");
-          if (global_norm || norms) {
-            double squares = 0.0;
-            for (const auto& [name, norm] : trainer.GradientNorms()) {
-              squares += norm * norm;
-              if (norms) train_events->AddScalar(name + "/gradient_norm", norm, i_step);
-            }
-            if (global_norm) train_events->AddScalar("global_gradient_norm", std::sqrt(squares), i_step);
-          }
-          // Histograms of the dense parameters ("<name>") and their gradients ("<name>/gradient"),
-          // as TorchEasyRec; tables are left out (TorchEasyRec logs only this rank's shard of
-          // sharded ones, and our fused tables have no gradient tensor).
-          const bool parameters = HasSummary(train, "parameter"), gradients = HasSummary(train, "gradient");
-          if (parameters || gradients) {
-            for (const auto& item : model.named_parameters()) {
-              const std::string& name = item.key();
-              if (name.rfind("embedding_group.", 0) == 0) continue;
-              if (parameters) {
-                at::Tensor p = item.value().detach().contiguous();
-                train_events->AddHistogram(name, p.data_ptr<float>(), p.numel(), i_step);
-              }
-              if (gradients && item.value().grad().defined()) {
-                at::Tensor g = item.value().grad().contiguous();
-                train_events->AddHistogram(name + "/gradient", g.data_ptr<float>(), g.numel(), i_step);
-              }
-            }
-          }
-        }
+        if (train_events) WriteTrainSummaries(train_events.get(), train, trainer, *pipeline, model, global, i_step);
         LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report() << "; within the step: "
                   << trainer.TakePhaseReport();
       }
