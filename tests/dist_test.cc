@@ -151,8 +151,9 @@ GenDataResult MockData(const testing::TempDir& dir, int64_t train_rows, int64_t 
 // id features made mean-pooled.
 void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& example = "deepfm_mock",
                              const std::string& grouping_key = "cat_4",
-                             const std::set<std::string>& mean_pooled = {}) {
-  SCOPED_TRACE(sharding + " " + example);
+                             const std::set<std::string>& mean_pooled = {},
+                             const std::string& extra_edits = "") {
+  SCOPED_TRACE(sharding + " " + example + " " + extra_edits);
   testing::TempDir dir;
   // The example plus a decayed train AUC, logged with the losses.
   const std::string config = dir.File("train_metrics.config");
@@ -187,7 +188,8 @@ void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& exa
                   R"("], "data_config.batch_size": )", batch_size,
                   R"(, "data_config.shuffle": false, "data_config.num_workers": 1,
                       "train_config.num_epochs": 0, "train_config.num_steps": )", steps,
-                  R"(, "train_config.save_checkpoints_epochs": 0, "train_config.log_step_count_steps": 1})");
+                  R"(, "train_config.save_checkpoints_epochs": 0, "train_config.log_step_count_steps": 1)",
+                  extra_edits, "}");
   };
   const std::string common = std::string(TZREC_BINARY) + " train_eval --pipeline_config_path=" + config +
                              " --eval_input_path='" + dir.File("data/eval/*.csv") + "'";
@@ -303,6 +305,19 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatches) {
 TEST(Distributed, TwoRanksMatchOneProcessWithWeightedAndMeanPooledShardedTables) {
   for (const char* sharding : {"table_wise", "row_wise", "column_wise"}) {
     TwoRanksMatchOneProcess(sharding, "deepfm_fg_dag", "user_id", {"cate", "item_tags"});
+  }
+}
+
+// The same with gradient accumulation (3 steps; table rows accumulate after the data-parallel
+// exchange or on the rows' owner), dense norm clipping and the dense EMA: the merged and
+// accumulated gradients are the same as one process's.
+TEST(Distributed, TwoRanksMatchOneProcessWithAccumulationClippingAndEma) {
+  for (const char* sharding : {"data_parallel", "row_wise"}) {
+    TwoRanksMatchOneProcess(sharding, "deepfm_fg_dag", "user_id", {"cate"},
+                            R"(, "train_config.gradient_accumulation_steps": 3,
+                               "train_config.grad_clipping.clipping_type": "norm",
+                               "train_config.grad_clipping.max_gradient": 0.05,
+                               "train_config.dense_optimizer.ema.decay": 0.9)");
   }
 }
 

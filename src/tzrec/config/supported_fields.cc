@@ -32,6 +32,9 @@ const std::vector<std::string>& PipelineFields() {
       "train_config.save_checkpoints_steps",
       "train_config.save_checkpoints_epochs",
       "train_config.fine_tune_checkpoint",
+      "train_config.fine_tune_ckpt_param_map",
+      "train_config.gradient_accumulation_steps",
+      "train_config.grad_clipping",  // checked by the trainer
       "train_config.log_step_count_steps",
       "train_config.is_profiling",
       "train_config.keep_checkpoint_max",
@@ -41,6 +44,8 @@ const std::vector<std::string>& PipelineFields() {
       "export_config.exporter_type",  // tzrec export (best: by best_exporter_metric)
       "export_config.best_exporter_metric",
       "export_config.metric_larger_is_better",
+      "export_config.use_dense_ema",
+      "eval_config.use_dense_ema",
       "eval_config.num_steps",
       "eval_config.log_step_count_steps",
       "data_config",  // its own fields: kDataConfigFields below

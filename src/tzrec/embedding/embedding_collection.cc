@@ -252,6 +252,10 @@ void EmbeddingCollection::LookupEmpty() {
   if (!sharded.empty()) ShardedLookups(comm_, sharded, /*training=*/false);
 }
 
+void EmbeddingCollection::ApplyDeferredGradients() {
+  for (auto& storage : storages_) ApplyDeferredRowGradients(storage.get());
+}
+
 bool EmbeddingCollection::has_sharded_tables() const {
   for (const TableShard& shard : storage_shards_) {
     if (shard.sharded()) return true;

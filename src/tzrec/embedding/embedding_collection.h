@@ -98,6 +98,9 @@ class EmbeddingCollection {
   LookupOutputs Lookup(const Batch& batch, bool training);
   void LookupEmpty();
   bool has_sharded_tables() const;
+  // Gradient accumulation: applies the row gradients this rank's storages kept while the
+  // sparse optimizer deferred updates (local: the exchanges already ran in the backwards).
+  void ApplyDeferredGradients();
 
   // Materialised tables, in registration order; the model-parallel placement of one (null when
   // it is whole here).

@@ -93,6 +93,9 @@ class EmbeddingStorage {
     std::vector<float> grad_sums;
     std::vector<PartitionEntry> entries;  // with several partitions
   };
+  // Row gradients kept by backwards while the optimizer defers updates (gradient
+  // accumulation): (rows int64 [n], summed gradients float [n, dim]) per backward.
+  std::vector<std::pair<at::Tensor, at::Tensor>>& deferred_gradients() { return deferred_; }
   std::vector<BackwardScratch>& backward_scratch(int64_t parts) {
     if (static_cast<int64_t>(backward_scratch_.size()) < parts) backward_scratch_.resize(parts);
     return backward_scratch_;
@@ -111,6 +114,7 @@ class EmbeddingStorage {
   // line of another thread's block). Measured: no change in the 2-thread backward here.
   at::Tensor slots_;
   std::vector<BackwardScratch> backward_scratch_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> deferred_;
 };
 
 }  // namespace tzrec

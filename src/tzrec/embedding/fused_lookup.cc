@@ -89,13 +89,10 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   });
 }
 
-// Data-parallel backward: this rank's summed gradient per touched row (in first-touch order,
-// so every rank merges identically), merged over ranks by `exchange`, then the ordinary
-// update applied to the merged rows as one single-id bag per row.
-void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingStorage* storage,
-                             const std::vector<LookupArgs>& lookups, int64_t bags,
-                             const float* grad, int64_t iteration) {
-  const int dim = storage->dim();
+// Each touched row's gradient summed over the lookups (in first-touch order, so every rank
+// merges identically): rows int64 [n] (global rows of the storage), sums float [n, dim].
+std::pair<at::Tensor, at::Tensor> RowGradientSums(int dim, const std::vector<LookupArgs>& lookups,
+                                                  int64_t bags, const float* grad) {
   int64_t shared = 0;  // lookups in the shared [bags, shared * dim] gradient, in order
   for (const LookupArgs& l : lookups) shared += l.own_bags < 0 ? 1 : 0;
   const int64_t width = shared * dim;
@@ -130,21 +127,39 @@ void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingSt
   at::Tensor grad_tensor = at::empty({n, dim}, at::TensorOptions().dtype(at::kFloat));
   std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
   std::copy(sums.begin(), sums.end(), grad_tensor.data_ptr<float>());
-  exchange(&row_tensor, &grad_tensor);
-  const int64_t merged = row_tensor.numel();
-  if (merged == 0) return;
-  row_tensor = row_tensor.contiguous();
-  grad_tensor = grad_tensor.contiguous();
-  std::vector<int64_t> offsets(merged + 1);
-  for (int64_t i = 0; i <= merged; ++i) offsets[i] = i;
+  return {row_tensor, grad_tensor};
+}
+
+// The optimizer applied to distinct `rows` with their gradients, as one single-id bag per row.
+void UpdateDistinctRows(EmbeddingStorage* storage, at::Tensor rows, at::Tensor grads) {
+  const int64_t n = rows.numel();
+  if (n == 0) return;
+  rows = rows.contiguous();
+  grads = grads.contiguous();
+  std::vector<int64_t> offsets(n + 1);
+  for (int64_t i = 0; i <= n; ++i) offsets[i] = i;
   LookupArgs all;
-  all.values = row_tensor.data_ptr<int64_t>();
+  all.values = rows.data_ptr<int64_t>();
   all.offsets = offsets.data();
   all.first_row = 0;
   all.table_rows = storage->total_rows();
   all.mean = false;
   all.trainable = true;
-  SelectedKernels().backward_update(storage, {all}, merged, grad_tensor.data_ptr<float>(), iteration);
+  SelectedKernels().backward_update(storage, {all}, n, grads.data_ptr<float>(),
+                                    storage->optimizer().step() + 1);
+}
+
+// Data-parallel backward: this rank's summed gradient per touched row, merged over ranks by
+// `exchange`, then updated (or kept, while the optimizer defers).
+void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingStorage* storage,
+                             const std::vector<LookupArgs>& lookups, int64_t bags, const float* grad) {
+  auto [rows, grads] = RowGradientSums(storage->dim(), lookups, bags, grad);
+  exchange(&rows, &grads);
+  if (storage->optimizer().defers_updates()) {
+    storage->deferred_gradients().emplace_back(rows, grads);
+  } else {
+    UpdateDistinctRows(storage, rows, grads);
+  }
 }
 
 struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFunction> {
@@ -265,9 +280,9 @@ torch::autograd::variable_list StorageLookupFunction::backward(
   const auto* exchange =
       reinterpret_cast<const SparseGradientExchange*>(ctx->saved_data["exchange"].toInt());
   if (exchange && *exchange) {
-    ExchangedBackwardUpdate(*exchange, storage, args, bags, pooled_grad, storage->optimizer().step() + 1);
+    ExchangedBackwardUpdate(*exchange, storage, args, bags, pooled_grad);
   } else {
-    SelectedKernels().backward_update(storage, args, bags, pooled_grad, storage->optimizer().step() + 1);
+    UpdateRows(storage, args, bags, pooled_grad);
   }
   return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
           at::Tensor(), at::Tensor()};
@@ -280,6 +295,47 @@ at::Tensor Anchor() {
 }
 
 }  // namespace
+
+void UpdateRows(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups, int64_t bags,
+                const float* grad) {
+  if (storage->optimizer().defers_updates()) {
+    storage->deferred_gradients().push_back(RowGradientSums(storage->dim(), lookups, bags, grad));
+    return;
+  }
+  SelectedKernels().backward_update(storage, lookups, bags, grad, storage->optimizer().step() + 1);
+}
+
+void ApplyDeferredRowGradients(EmbeddingStorage* storage) {
+  auto& deferred = storage->deferred_gradients();
+  if (deferred.empty()) return;
+  // Sum the kept gradients per row (first-touch order over the backwards, as one backward
+  // would), so each row gets one update however many accumulated steps touched it.
+  const int dim = storage->dim();
+  std::unordered_map<int64_t, int64_t> slot_of;
+  std::vector<int64_t> rows;
+  std::vector<float> sums;
+  for (const auto& [row_tensor, grad_tensor] : deferred) {
+    const at::Tensor r = row_tensor.contiguous(), g = grad_tensor.contiguous();
+    const int64_t* row = r.data_ptr<int64_t>();
+    const float* grad = g.data_ptr<float>();
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      auto inserted = slot_of.emplace(row[i], static_cast<int64_t>(rows.size()));
+      if (inserted.second) {
+        rows.push_back(row[i]);
+        sums.resize(sums.size() + dim, 0.0f);
+      }
+      float* s = sums.data() + inserted.first->second * dim;
+      for (int d = 0; d < dim; ++d) s[d] += grad[i * dim + d];
+    }
+  }
+  deferred.clear();
+  const int64_t n = static_cast<int64_t>(rows.size());
+  at::Tensor row_tensor = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor grad_tensor = at::empty({n, dim}, at::TensorOptions().dtype(at::kFloat));
+  std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
+  std::copy(sums.begin(), sums.end(), grad_tensor.data_ptr<float>());
+  UpdateDistinctRows(storage, row_tensor, grad_tensor);
+}
 
 const PooledLookupKernels& FusedKernels() {
   static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate, FusedForwardInt8};

@@ -38,6 +38,15 @@ const PooledLookupKernels& ReferenceKernels();
 // Reference when TZREC_EMBEDDING_REFERENCE=1, else fused.
 const PooledLookupKernels& SelectedKernels();
 
+// The backward's update of `lookups` (grad: [bags, L*dim] as backward_update) with the selected
+// kernels; while the storage's optimizer defers updates (gradient accumulation), each touched
+// row's summed gradient is kept in the storage instead.
+void UpdateRows(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups, int64_t bags,
+                const float* grad);
+// Applies the gradients kept while deferring as one optimizer update per touched row (the
+// sum over the deferred backwards), then forgets them.
+void ApplyDeferredRowGradients(EmbeddingStorage* storage);
+
 struct LookupTensors {
   at::Tensor values;   // int64 [N]
   at::Tensor offsets;  // int64 [bags + 1]

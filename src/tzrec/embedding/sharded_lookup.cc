@@ -433,8 +433,7 @@ void Backward(ShardComm* comm, const std::vector<TableWork>& tables, const std::
     at::Tensor local = received[t].narrow(1, 0, local_dim).contiguous();
     EmbeddingStorage* storage = tables[t].storage;
     LookupArgs args = LocalArgs(*storage, exchanges[t], true);
-    SelectedKernels().backward_update(storage, {args}, segments, local.data_ptr<float>(),
-                                      storage->optimizer().step() + 1);
+    UpdateRows(storage, {args}, segments, local.data_ptr<float>());
   }
 }
 

@@ -73,12 +73,18 @@ class SparseOptimizer {
   // Iterations completed; the update in flight uses step() + 1.
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
-  // Called once per training iteration after backward (rows were updated in backward).
+  // Called once per optimizer step (rows were updated in backward, or by
+  // ApplyDeferredRowGradients when deferring).
   void FinishStep() { ++step_; }
+  // Gradient accumulation: while set, backwards keep row gradients in their storages instead
+  // of updating rows (fused_lookup.h ApplyDeferredRowGradients applies them).
+  bool defers_updates() const { return defer_updates_; }
+  void set_defer_updates(bool defer) { defer_updates_ = defer; }
 
  private:
   SparseOptimizerSpec spec_;
   int64_t step_ = 0;
+  bool defer_updates_ = false;
 };
 
 }  // namespace tzrec

@@ -3,10 +3,12 @@
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
 #include "tzrec/common/error.h"
 #include "tzrec/config/oneof.h"
+#include "tzrec/optim/adadelta.h"
 
 namespace tzrec {
 namespace {
@@ -51,6 +53,22 @@ OptimizerPtr MakeAdamW(const Message& msg, std::vector<at::Tensor> parameters) {
                                                                .amsgrad(c.amsgrad()));
 }
 
+// torch.optim.Adadelta (ours: LibTorch 1.13 has none).
+OptimizerPtr MakeAdadelta(const Message& msg, std::vector<at::Tensor> parameters) {
+  const auto& c = static_cast<const protos::AdadeltaOptimizer&>(msg);
+  return std::make_unique<Adadelta>(
+      parameters, AdadeltaOptions(c.lr()).rho(c.rho()).eps(c.eps()).weight_decay(c.weight_decay()));
+}
+
+// torch.optim.RMSprop without momentum or centering (TorchEasyRec passes neither):
+// sq = alpha*sq + (1-alpha) g^2;  w -= lr * g / (sqrt(sq) + eps).
+OptimizerPtr MakeRmsprop(const Message& msg, std::vector<at::Tensor> parameters) {
+  const auto& c = static_cast<const protos::RMSpropOptimizer&>(msg);
+  return std::make_unique<torch::optim::RMSprop>(
+      parameters,
+      torch::optim::RMSpropOptions(c.lr()).alpha(c.alpha()).eps(c.eps()).weight_decay(c.weight_decay()));
+}
+
 }  // namespace
 
 Registry<DenseOptimizerFactory>& DenseOptimizerRegistry() {
@@ -68,6 +86,10 @@ TZREC_REGISTER(DenseOptimizerRegistry(), "adam_optimizer", MakeAdam, "lr", "beta
                "weight_decay", "eps", "amsgrad", "fused");
 TZREC_REGISTER(DenseOptimizerRegistry(), "adamw_optimizer", MakeAdamW, "lr", "beta1", "beta2",
                "weight_decay", "eps", "amsgrad", "fused");
+TZREC_REGISTER(DenseOptimizerRegistry(), "adadelta_optimizer", MakeAdadelta, "lr", "rho", "eps",
+               "weight_decay");
+TZREC_REGISTER(DenseOptimizerRegistry(), "rmsprop_optimizer", MakeRmsprop, "lr", "alpha", "eps",
+               "weight_decay");
 
 std::unique_ptr<torch::optim::Optimizer> CreateDenseOptimizer(
     const protos::DenseOptimizer& config, std::vector<at::Tensor> parameters) {

@@ -1,6 +1,7 @@
 // Dense optimizers (train_config.dense_optimizer) over a model's torch::nn parameters, by config
 // name (slot DenseOptimizer / optimizer): sgd_optimizer, adagrad_optimizer, adam_optimizer,
-// adamw_optimizer with TorchEasyRec's (torch.optim's) semantics and defaults. Not thread-safe.
+// adamw_optimizer, adadelta_optimizer, rmsprop_optimizer with TorchEasyRec's (torch.optim's)
+// semantics and defaults. Not thread-safe.
 #pragma once
 
 #include <google/protobuf/message.h>

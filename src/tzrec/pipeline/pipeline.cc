@@ -120,6 +120,15 @@ void BuildModel(Pipeline* p, DistContext* dist) {
     p->dense_optimizer = CreateDenseOptimizer(p->config.train_config().dense_optimizer(),
                                               p->model->parameters());
     p->dense_base_lr = DenseLearningRate(*p->dense_optimizer);
+    const auto& dense = p->config.train_config().dense_optimizer();
+    if (dense.has_ema()) {
+      std::vector<std::pair<std::string, at::Tensor>> params;
+      for (const auto& item : p->model->named_parameters()) {
+        if (item.value().requires_grad()) params.emplace_back(item.key(), item.value());
+      }
+      p->dense_ema = std::make_unique<DenseEma>(std::move(params), dense.ema().decay(),
+                                                "train_config.dense_optimizer.ema");
+    }
   }
 }
 

@@ -19,6 +19,7 @@
 #include "tzrec/dist/process_group.h"
 #include "tzrec/dist/sharding_plan.h"
 #include "tzrec/embedding/sparse_optimizer.h"
+#include "tzrec/optim/dense_ema.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/input/dataset.h"
@@ -57,6 +58,8 @@ struct Pipeline {
   // Training only.
   std::unique_ptr<SparseOptimizer> sparse_optimizer;
   std::unique_ptr<torch::optim::Optimizer> dense_optimizer;
+  // dense_optimizer.ema, when configured.
+  std::unique_ptr<DenseEma> dense_ema;
   std::unique_ptr<LearningRateSchedule> sparse_lr;
   std::unique_ptr<LearningRateSchedule> dense_lr;
   double sparse_base_lr = 0.0;

@@ -271,6 +271,7 @@ std::unique_ptr<Pipeline> RestoredPipeline(const protos::EasyRecConfig& config, 
   restore.restore_optimizer = false;
   restore.restore_rng = false;
   restore.require_all = true;  // an export with randomly initialised weights helps nobody
+  restore.use_dense_ema = UseDenseEma(config.export_config(), config.train_config());
   RestoreCheckpoint(checkpoint, TrainingState{pipeline->model.get(), nullptr, nullptr}, restore);
   return pipeline;
 }

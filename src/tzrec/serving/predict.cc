@@ -378,6 +378,8 @@ int64_t Predict(const PredictOptions& options) {
     restore.restore_optimizer = false;
     restore.restore_rng = false;
     restore.require_all = true;
+    // As an export of this checkpoint would: the averaged weights when the config says so.
+    restore.use_dense_ema = UseDenseEma(pipeline->config.export_config(), pipeline->config.train_config());
     RestoreCheckpoint(checkpoint->path, TrainingState{pipeline->model.get(), nullptr, nullptr},
                       restore);
   }

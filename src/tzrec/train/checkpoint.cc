@@ -3,6 +3,7 @@
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -25,6 +26,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/optim/adadelta.h"
 #include "tzrec/train/non_finite.h"
 #include "tzrec/train/tensor_archive.h"
 
@@ -217,6 +219,7 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
       archive.save_to(bytes);
       files.Bytes("dense_optimizer.pt", bytes.str());
     }
+    if (state.dense_ema) files.Tensors("dense_ema.pt", state.dense_ema->State(), step);
     {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -312,6 +315,11 @@ void ValidateDenseOptimizerState(torch::optim::Optimizer& optimizer, const std::
       tensors = {{"sum", adagrad->sum()}};
     } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
       tensors = {{"momentum_buffer", sgd->momentum_buffer()}};
+    } else if (auto* rmsprop = dynamic_cast<torch::optim::RMSpropParamState*>(state.get())) {
+      tensors = {{"square_avg", rmsprop->square_avg()}, {"momentum_buffer", rmsprop->momentum_buffer()},
+                 {"grad_avg", rmsprop->grad_avg()}};
+    } else if (auto* adadelta = dynamic_cast<AdadeltaParamState*>(state.get())) {
+      tensors = {{"square_avg", adadelta->square_avg()}, {"acc_delta", adadelta->acc_delta()}};
     } else {
       Fail("'", file, "': unexpected optimizer state type");
     }
@@ -368,6 +376,23 @@ std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& check
   return LoadTensors(CheckpointReader(checkpoint_path));
 }
 
+std::map<std::string, std::string> ReadCheckpointParamMap(const std::string& path) {
+  std::map<std::string, std::string> map;
+  std::istringstream lines(ReadFileToString(path));
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    std::istringstream words(line);
+    std::string name, source, extra;
+    if (!(words >> name)) continue;
+    if (!(words >> source) || (words >> extra)) {
+      Fail(path, ":", number, ": expected '<model state name> <checkpoint state name>', got '",
+           line, "'");
+    }
+    map[name] = source;
+  }
+  return map;
+}
+
 void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& state,
                        const RestoreOptions& options) {
   CheckpointReader reader(checkpoint_path);
@@ -376,6 +401,16 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
              << "tzrec-cpp, or by an older version): its files are read unverified";
   }
   auto saved = LoadTensors(reader);
+  for (const auto& [name, source] : options.param_map) {
+    auto it = saved.find(source);
+    if (it == saved.end()) {
+      LOG_WARNING << "fine_tune_ckpt_param_map: [" << source << "] (for [" << name << "]) is not in "
+                  << checkpoint_path;
+      continue;
+    }
+    LOG_INFO << "Remap restore state [" << name << "] from [" << source << "]";
+    saved[name] = it->second;
+  }
   for (const auto& [name, tensor] : saved) {
     if (!AllFinite(tensor)) {
       Fail("checkpoint '", checkpoint_path, "': [", name, "] has ", Describe(CountNonFinite(tensor)),
@@ -427,6 +462,39 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
     LOG_WARNING << "Skip restore state [" << name << "]: not in " << checkpoint_path;
   }
   LOG_INFO << "Restored " << restored << " tensors from " << checkpoint_path;
+  const bool has_ema = reader.Has("dense_ema.pt");
+  const std::string ema_file = JoinPath(checkpoint_path, "dense_ema.pt");
+  if (state.dense_ema) {
+    // Continuing needs the averages as they were; fine-tuning keeps those of the parameters
+    // the checkpoint has, and the rest start from the restored weights.
+    state.dense_ema->Reset();
+    if (has_ema) {
+      state.dense_ema->LoadState(reader.Tensors("dense_ema.pt"), ema_file, !options.require_all);
+    } else {
+      LOG_WARNING << "Dense EMA checkpoint [" << ema_file << "] not found; EMA will restart from "
+                  << "the next optimizer step.";
+    }
+  }
+  if (options.use_dense_ema) {
+    if (has_ema) {
+      auto averages = reader.Tensors("dense_ema.pt");
+      size_t swapped = 0;
+      for (auto& [name, target] : DenseTensors(*state.model)) {
+        auto it = averages.find(name);
+        if (it == averages.end()) continue;
+        if (it->second.sizes() != target.sizes() || !AllFinite(it->second)) {
+          Fail("'", ema_file, "': the average of [", name, "] has shape ", it->second.sizes(),
+               " or non-finite values; the model needs ", target.sizes());
+        }
+        target.copy_(it->second);
+        ++swapped;
+      }
+      LOG_INFO << "Using the dense EMA weights of " << swapped << " parameters from " << ema_file;
+    } else {
+      LOG_WARNING << "Dense EMA checkpoint [" << ema_file << "] not found; using original model "
+                  << "parameters.";
+    }
+  }
   if (options.restore_optimizer && state.dense_optimizer) {
     const std::string dense_file = JoinPath(checkpoint_path, "dense_optimizer.pt");
     if (reader.Has("dense_optimizer.pt")) {

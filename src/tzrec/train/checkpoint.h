@@ -7,6 +7,7 @@
 //                       optimizer state, e.g. "sum"}; logical (unsharded) tables, written one
 //                       at a time so saving needs at most one table's worth of extra memory
 //   dense_optimizer.pt  LibTorch optimizer archive of the dense optimizer
+//   dense_ema.pt        dense_optimizer.ema: the averages by parameter path and "__n_averaged__"
 //   train_state.pt      torch CPU generator state and the sparse optimizer step count
 //   meta.json           {"format": ..., "global_step": step, "files": {name: {size, crc32}}}
 // A checkpoint is written into a hidden temp directory (every file and the directory fsync'ed)
@@ -25,6 +26,7 @@
 
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/models/model.h"
+#include "tzrec/optim/dense_ema.h"
 
 namespace tzrec {
 
@@ -42,6 +44,8 @@ struct TrainingState {
   Model* model = nullptr;
   SparseOptimizer* sparse_optimizer = nullptr;
   torch::optim::Optimizer* dense_optimizer = nullptr;
+  // dense_optimizer.ema (training with ema only).
+  DenseEma* dense_ema = nullptr;
   // Saved as dataloader_state.json when set (train only).
   const DataloaderState* dataloader_state = nullptr;
   // Saved as plan.json when set: where each table lived (dist/sharding_plan.h). Tables are
@@ -69,7 +73,16 @@ struct RestoreOptions {
   // --continue_train: every state the model has must be in the checkpoint (a missing table
   // file is an error, not a silent re-initialisation). Fine-tuning only warns.
   bool require_all = false;
+  // Evaluation / export with use_dense_ema: the dense parameters take their averages from
+  // dense_ema.pt (a warning and the plain weights when the checkpoint has none).
+  bool use_dense_ema = false;
+  // train_config.fine_tune_ckpt_param_map: model state name -> the checkpoint's name for it.
+  std::map<std::string, std::string> param_map;
 };
+
+// Reads a fine_tune_ckpt_param_map file: one "<model name> <checkpoint name>" pair per line
+// (blank lines skipped); a malformed line is an error naming the file and line.
+std::map<std::string, std::string> ReadCheckpointParamMap(const std::string& path);
 // Every tensor of a checkpoint by logical name: dense ones by module path, tables as
 // "embedding_group.<table>.weight" and their optimizer state as "...weight.<state>".
 std::map<std::string, at::Tensor> LoadCheckpointTensors(const std::string& checkpoint_path);

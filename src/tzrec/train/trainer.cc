@@ -154,7 +154,36 @@ protos::EasyRecConfig LoadTrainConfig(const TrainEvalOptions& options) {
 }
 
 Trainer::Trainer(Pipeline* pipeline, DistContext* dist)
-    : pipeline_(pipeline), dist_(dist), dense_params_(pipeline->model->parameters()) {}
+    : pipeline_(pipeline), dist_(dist), dense_params_(pipeline->model->parameters()) {
+  const auto& train = pipeline->config.train_config();
+  accumulation_steps_ = std::max<int64_t>(1, train.gradient_accumulation_steps());
+  if (pipeline->sparse_optimizer) pipeline->sparse_optimizer->set_defer_updates(accumulation_steps_ > 1);
+  if (train.has_grad_clipping()) {
+    const auto& clip = train.grad_clipping();
+    std::string type = clip.clipping_type();
+    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (type == "norm") {
+      clipping_ = Clipping::kNorm;
+    } else if (type == "value") {
+      clipping_ = Clipping::kValue;
+    } else if (type != "none") {
+      Fail("train_config.grad_clipping.clipping_type: '", clip.clipping_type(),
+           "' (valid: none, norm, value)");
+    }
+    max_gradient_ = clip.max_gradient();
+    norm_type_ = clip.norm_type();
+    if (clipping_ != Clipping::kNone && !(max_gradient_ > 0)) {
+      Fail("train_config.grad_clipping.max_gradient: ", clip.max_gradient(), " must be > 0");
+    }
+    if (clipping_ == Clipping::kNorm && !(norm_type_ > 0)) {
+      Fail("train_config.grad_clipping.norm_type: ", clip.norm_type(), " must be > 0 (or inf)");
+    }
+    // enable_global_grad_clip makes TorchRec norm sharded dense parameters over all ranks;
+    // ours are replicated and their gradients merged before clipping, so every rank's norm is
+    // already the global one.
+  }
+  eval_uses_ema_ = pipeline->dense_ema && UseDenseEma(pipeline->config.eval_config(), train);
+}
 
 int Trainer::RanksWithBatch(bool has_batch) const {
   if (!dist_ || !dist_->distributed()) return has_batch ? 1 : 0;
@@ -194,22 +223,20 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   // moment a poisoned step can be stopped with nothing touched.
   CheckFiniteLoss(total, losses, step);
   lap("loss");
-  for (auto& p : dense_params_) p.mutable_grad().reset();
+  if (accumulated_ == 0) {
+    for (auto& p : dense_params_) p.mutable_grad().reset();
+  }
   {
     RECORD_USER_SCOPE("tzrec::backward");
-    total.backward();
+    if (accumulation_steps_ > 1) {
+      (total / static_cast<double>(accumulation_steps_)).backward();
+    } else {
+      total.backward();
+    }
   }
   lap("backward");
-  if (dist_ && dist_->distributed()) AllReduceDenseGradients(*dist_->pg, dense_params_);
-  CheckFiniteGradients(step);
-  lap("dense_allreduce_and_checks");
-  {
-    RECORD_USER_SCOPE("tzrec::dense_optimizer");
-    pipeline_->dense_optimizer->step();
-  }
-  // Table rows were already updated inside backward; this advances Adam's step count.
-  pipeline_->sparse_optimizer->FinishStep();
-  lap("dense_optimizer");
+  if (++accumulated_ >= accumulation_steps_) ApplyAccumulatedGradients(step);
+  lap("dense_update");
   if (model.has_train_metrics()) {
     c10::NoGradGuard no_grad;
     model.UpdateTrainMetrics(predictions, batch, dist_ ? dist_->comm() : nullptr);
@@ -220,6 +247,50 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   for (auto& [name, loss] : losses) result.losses.emplace_back(name, loss.detach());
   result.total = total.detach();
   return result;
+}
+
+void Trainer::ApplyAccumulatedGradients(int64_t step) {
+  if (accumulated_ == 0) return;
+  accumulated_ = 0;
+  if (dist_ && dist_->distributed()) AllReduceDenseGradients(*dist_->pg, dense_params_);
+  CheckFiniteGradients(step);
+  ClipGradients();
+  {
+    RECORD_USER_SCOPE("tzrec::dense_optimizer");
+    pipeline_->dense_optimizer->step();
+  }
+  // Table rows were updated inside the backwards (or wait in their storages while
+  // accumulating); this advances Adam's step count after them.
+  if (accumulation_steps_ > 1) pipeline_->model->embedding_collection().ApplyDeferredGradients();
+  pipeline_->sparse_optimizer->FinishStep();
+  if (pipeline_->dense_ema) pipeline_->dense_ema->Update();
+}
+
+void Trainer::ClipGradients() {
+  if (clipping_ == Clipping::kNone) return;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : dense_params_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return;
+  c10::NoGradGuard no_grad;
+  if (clipping_ == Clipping::kValue) {
+    for (auto& g : grads) g.clamp_(-max_gradient_, max_gradient_);
+    return;
+  }
+  // torch.nn.utils.clip_grad_norm_: the norm of all gradients together; scaled down by
+  // max / (norm + 1e-6) when that is below 1.
+  double norm = 0.0;
+  if (std::isinf(norm_type_)) {
+    for (const auto& g : grads) norm = std::max(norm, g.abs().max().item<double>());
+  } else {
+    for (const auto& g : grads) norm += std::pow(g.norm(norm_type_).item<double>(), norm_type_);
+    norm = std::pow(norm, 1.0 / norm_type_);
+  }
+  const double coefficient = max_gradient_ / (norm + 1e-6);
+  if (coefficient < 1.0) {
+    for (auto& g : grads) g.mul_(coefficient);
+  }
 }
 
 std::vector<std::pair<std::string, double>> Trainer::GradientNorms() const {
@@ -283,6 +354,17 @@ std::map<std::string, double> Trainer::Evaluate(const Dataset& dataset, int64_t 
                                                 int64_t epoch, const std::string& result_file) {
   Model& model = *pipeline_->model;
   const protos::EvalConfig& eval_config = pipeline_->config.eval_config();
+  // use_dense_ema: evaluate the averaged weights, the live ones back afterwards (even when the
+  // evaluation fails, so a caller that goes on trains the right weights).
+  struct EmaSwap {
+    DenseEma* ema;
+    explicit EmaSwap(DenseEma* e) : ema(e) {
+      if (ema) ema->Swap();
+    }
+    ~EmaSwap() {
+      if (ema) ema->Swap();
+    }
+  } ema_swap(eval_uses_ema_ ? pipeline_->dense_ema.get() : nullptr);
   model.eval();
   model.ResetMetrics();
   c10::NoGradGuard no_grad;
@@ -405,7 +487,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   Trainer trainer(pipeline.get(), dist.get());
   auto training_state = [&]() {
     return TrainingState{pipeline->model.get(), pipeline->sparse_optimizer.get(),
-                         pipeline->dense_optimizer.get()};
+                         pipeline->dense_optimizer.get(), pipeline->dense_ema.get()};
   };
 
   // After every check that needs no files, so a bad config creates nothing. Rank 0 writes
@@ -457,6 +539,9 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
     restore.restore_optimizer = !fine_tune && !options.ignore_restore_optimizer;
     restore.restore_rng = !fine_tune;
     restore.require_all = !fine_tune;
+    if (fine_tune && !train.fine_tune_ckpt_param_map().empty()) {
+      restore.param_map = ReadCheckpointParamMap(train.fine_tune_ckpt_param_map());
+    }
     LOG_INFO << (fine_tune ? "Fine-tuning from " : "Continuing from ") << restore_from->path;
     RestoreCheckpoint(restore_from->path, training_state(), restore);
   }
@@ -498,6 +583,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   }
   auto save_and_eval = [&](int64_t step, int64_t epoch) {
     if (step < 0 || step == last_saved) return;
+    trainer.ApplyAccumulatedGradients(step);
     TrainingState state = training_state();
     DataloaderState merged = data_state;
     if (dist->distributed()) {
@@ -649,6 +735,7 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   RestoreOptions restore;
   restore.restore_optimizer = false;
   restore.restore_rng = false;
+  restore.use_dense_ema = UseDenseEma(config.eval_config(), config.train_config());
   RestoreCheckpoint(ckpt->path, TrainingState{pipeline->model.get(), nullptr, nullptr}, restore);
   CheckResultFileName(options.eval_result_filename);
   std::string result_file;

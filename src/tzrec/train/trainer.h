@@ -61,8 +61,14 @@ class Trainer {
     at::Tensor total;
   };
   // One training step: forward, losses, backward (tables update inside it), gradients merged
-  // over ranks, dense optimizer step, train metrics.
+  // over ranks, clipped (grad_clipping), dense optimizer step, dense EMA update, train metrics.
+  // With gradient_accumulation_steps N > 1 a step's loss is divided by N, dense gradients
+  // and table-row gradients accumulate, and every N-th step applies them all as one update.
   StepResult TrainStep(const Batch& batch, int64_t step, int64_t epoch);
+  // Applies gradients accumulated by steps since the last update (nothing when none are
+  // pending): called before a checkpoint, so a checkpoint never leaves half a cycle behind
+  // and a run continued from it updates exactly as the uninterrupted one. `step` names errors.
+  void ApplyAccumulatedGradients(int64_t step);
   struct LossValues {
     std::vector<std::pair<std::string, double>> losses;
     double total = 0.0;
@@ -93,9 +99,18 @@ class Trainer {
   void CheckFiniteLoss(const at::Tensor& total, const NamedLosses& losses, int64_t step) const;
   void CheckFiniteGradients(int64_t step) const;
 
+  // train_config.grad_clipping of the dense gradients (after merging over ranks).
+  void ClipGradients();
+
   Pipeline* pipeline_;
   DistContext* dist_;
   std::vector<at::Tensor> dense_params_;
+  int64_t accumulation_steps_ = 1;
+  int64_t accumulated_ = 0;  // steps whose gradients wait for the next update
+  enum class Clipping { kNone, kNorm, kValue } clipping_ = Clipping::kNone;
+  double max_gradient_ = 1.0;
+  double norm_type_ = 2.0;
+  bool eval_uses_ema_ = false;
   // TakePhaseReport's sums: ms per phase (in step order) over phase_steps_ steps.
   std::vector<std::pair<std::string, double>> phase_ms_;
   int64_t phase_steps_ = 0;
