@@ -39,17 +39,7 @@ TEST(SequenceConfigs, TorchEasyRecSequenceConfigsTrainFromGenData) {
     testing::TempDir dir;
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     EditConfigJson(&config, kEdits);
-    GenDataOptions gen;
-    gen.output_dir = dir.File("data");
-    gen.train_rows = 3000;
-    gen.eval_rows = 600;
-    gen.max_sequence_steps = 12;
-    GenerateMockData(config, gen);
-    TrainEvalOptions options;
-    options.pipeline_config_path = testing::ReferenceConfig(name);
-    options.model_dir = dir.File("model");
-    options.train_input_path = dir.File("data/train/*.parquet");
-    options.eval_input_path = dir.File("data/eval/*.parquet");
+    TrainEvalOptions options = testing::MockDataOptions(dir, config, testing::ReferenceConfig(name));
     options.edit_config_json = kEdits;
     TrainAndEvaluate(options);
     auto result = testing::LastEvalResult(dir.File("model"));

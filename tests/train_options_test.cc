@@ -18,6 +18,7 @@
 #include "tzrec/config/supported_fields.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/optim/dense_ema.h"
+#include "tzrec/optim/dense_optimizer.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/tensor_archive.h"
 #include "tzrec/train/trainer.h"
@@ -183,6 +184,64 @@ TEST(GradClipping, NormAndValueClipTheDenseGradients) {
       "train_config.grad_clipping.max_gradient: 0 must be > 0");
 }
 
+// part_optimizers: parameters whose names fully match a part's regex_pattern (first match wins)
+// step with that part's optimizer, the rest with the dense optimizer. With one step from the
+// same weights: the SGD part moves its parameters by lr * g, Adam's first step moves the others
+// by lr * g / (|g| + eps); a part without its own schedule follows the dense one's from its
+// own base rate, one with a schedule its own; a pattern matching nothing is left unused.
+TEST(PartOptimizers, MatchedParametersTakeTheirOwnOptimizerAndSchedule) {
+  const ParsedBatch rows = RandomRows(16, 9);
+  const std::string sparse = "sparse_optimizer { sgd_optimizer { lr: 0.5 } constant_learning_rate {} } ";
+  auto plain = Build(TinyDeepFM(sparse + "dense_optimizer { sgd_optimizer { lr: 1.0 momentum: 0 } constant_learning_rate {} }"));
+  const auto start = Snapshot(*plain);
+  Trainer(plain.get(), nullptr).TrainStep(ToBatch(rows.Slice(0, 16)), 0, 0);
+  const auto moved = Snapshot(*plain);
+  auto parts = Build(TinyDeepFM(sparse + R"(dense_optimizer {
+      adam_optimizer { lr: 0.01 } exponential_decay_learning_rate { decay_size: 1 decay_factor: 0.5 }
+      part_optimizers { sgd_optimizer { lr: 0.25 momentum: 0 } regex_pattern: "output_mlp\\..*" }
+      part_optimizers { adam_optimizer { lr: 0.1 } regex_pattern: "nothing" }
+      part_optimizers { sgd_optimizer { lr: 0.125 momentum: 0 } regex_pattern: "deep_mlp\\.mlp\\.1\\..*"
+                        constant_learning_rate {} }
+    })"));
+  ASSERT_EQ(parts->part_optimizers.size(), 2u);
+  EXPECT_EQ(parts->part_optimizers[0].index, 0);
+  EXPECT_EQ(parts->part_optimizers[1].index, 2);
+  Trainer trainer(parts.get(), nullptr);
+  trainer.TrainStep(ToBatch(rows.Slice(0, 16)), 0, 0);
+  const auto after = Snapshot(*parts);
+  int sgd = 0, sgd2 = 0, adam = 0;
+  for (const auto& item : parts->model->named_parameters()) {
+    const std::string& name = item.key();
+    const at::Tensor g = (start.at(name) - moved.at(name)).to(at::kDouble);
+    const at::Tensor step = (start.at(name) - after.at(name)).to(at::kDouble);
+    at::Tensor expected;
+    if (name.rfind("output_mlp.", 0) == 0) {
+      expected = 0.25 * g;
+      ++sgd;
+    } else if (name.rfind("deep_mlp.mlp.1.", 0) == 0) {
+      expected = 0.125 * g;
+      ++sgd2;
+    } else {
+      expected = 0.01 * g / (g.abs() + 1e-8);
+      ++adam;
+    }
+    EXPECT_LE((step - expected).abs().max().item<double>(), 2e-6) << name;
+  }
+  EXPECT_EQ(sgd, 2);
+  EXPECT_EQ(sgd2, 2);
+  EXPECT_GT(adam, 0);
+  // Step 2 of decay_size 1, factor 0.5: a quarter of each base rate; the part with its own
+  // constant schedule keeps its rate.
+  trainer.TrainStep(ToBatch(rows.Slice(0, 16)), 1, 0);
+  trainer.TrainStep(ToBatch(rows.Slice(0, 16)), 2, 0);
+  EXPECT_NEAR(DenseLearningRate(*parts->dense_optimizer), 0.01 / 4, 1e-9);
+  EXPECT_NEAR(DenseLearningRate(*parts->part_optimizers[0].optimizer), 0.25 / 4, 1e-9);
+  EXPECT_NEAR(DenseLearningRate(*parts->part_optimizers[1].optimizer), 0.125, 1e-9);
+  EXPECT_TZREC_ERROR(Build(TinyDeepFM(sparse + R"(dense_optimizer { adam_optimizer { lr: 0.01 }
+                                          part_optimizers { adam_optimizer { lr: 0.1 } regex_pattern: "(" } })")),
+                     "train_config.dense_optimizer.part_optimizers[0].regex_pattern: '(' is not a regular expression");
+}
+
 // DenseEma against its definition: the first update copies, then avg += (1 - decay)(p - avg);
 // Swap exchanges averages and live values; the state round-trips and is checked on load.
 TEST(DenseEma, FollowsTheAveragingFormula) {
@@ -225,8 +284,9 @@ std::map<std::string, at::Tensor> ReadArchive(const std::string& path) {
   return ParseTensorArchive(ReadFileToString(path), path);
 }
 
-// Accumulation (3 steps, checkpoints every 10: saves fall inside a cycle), norm clipping and
-// the EMA together: a run stopped after step 10 and continued ends with the same weights and
+// Accumulation (3 steps, checkpoints every 10: saves fall inside a cycle), norm clipping, a
+// part optimizer (its Adagrad state checkpointed beside the dense optimizer's) and the EMA
+// together: a run stopped after step 10 and continued ends with the same weights and
 // averages as an uninterrupted one; the checkpoint keeps the averages apart from the weights;
 // evaluation uses the averages by default (eval_config.use_dense_ema unset), the plain
 // weights with use_dense_ema: false.
@@ -238,7 +298,8 @@ TEST(Training, AccumulationClippingAndEmaResumeExactlyAndEvaluationUsesTheAverag
   const size_t at = text.find(dense);
   ASSERT_NE(at, std::string::npos);
   text.replace(at, dense.size(),
-               "dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} ema { decay: 0.8 } } "
+               "dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} ema { decay: 0.8 } "
+               "part_optimizers { adagrad_optimizer { lr: 0.01 } regex_pattern: 'output_mlp\\\\..*' } } "
                "gradient_accumulation_steps: 3 grad_clipping { clipping_type: 'norm' max_gradient: 0.5 }");
   testing::WriteFile(config, text);
   const std::string edits = R"("data_config.shuffle": false)";
@@ -388,17 +449,7 @@ TEST(TrainingOptionConfigs, TorchEasyRecsOptionConfigsNameOnlyWhatIsMissingAndTr
     const std::string edits = R"({"data_config.batch_size": 512, "train_config.num_epochs": 1})";
     EditConfigJson(&config, edits);
     SavePipelineConfig(config, dir.File("pipeline.config"));
-    GenDataOptions gen;
-    gen.output_dir = dir.File("data");
-    gen.train_rows = 3000;
-    gen.eval_rows = 600;
-    gen.max_sequence_steps = 12;
-    GenerateMockData(config, gen);
-    TrainEvalOptions options;
-    options.pipeline_config_path = dir.File("pipeline.config");
-    options.model_dir = dir.File("model");
-    options.train_input_path = dir.File("data/train/*.parquet");
-    options.eval_input_path = dir.File("data/eval/*.parquet");
+    TrainEvalOptions options = testing::MockDataOptions(dir, config, dir.File("pipeline.config"));
     TrainAndEvaluate(options);
     EXPECT_TRUE(testing::LastEvalResult(dir.File("model")).contains("auc"));
   }

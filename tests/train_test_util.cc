@@ -90,6 +90,22 @@ TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
   return options;
 }
 
+TrainEvalOptions MockDataOptions(const TempDir& dir, const protos::EasyRecConfig& config,
+                                 const std::string& config_path) {
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = 3000;
+  gen.eval_rows = 600;
+  gen.max_sequence_steps = 12;
+  GenerateMockData(config, gen);
+  TrainEvalOptions options;
+  options.pipeline_config_path = config_path;
+  options.model_dir = dir.File("model");
+  options.train_input_path = dir.File("data/train/*.parquet");
+  options.eval_input_path = dir.File("data/eval/*.parquet");
+  return options;
+}
+
 std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
   auto all = LoadCheckpointTensors(checkpoint);
   // Weights only: drop the optimizer state entries of tables.

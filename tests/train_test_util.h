@@ -29,6 +29,10 @@ std::string WriteSmallConfig(const TempDir& dir, const std::string& dataset_type
 std::string TrainAndExportSmallModel(const TempDir& dir);
 TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
                               const std::string& model_dir);
+// gen_data output for `config` (3000 train and 600 eval Parquet rows, histories of at most 12
+// steps) in dir/data, and options that train `config_path` on it into dir/model.
+TrainEvalOptions MockDataOptions(const TempDir& dir, const protos::EasyRecConfig& config,
+                                 const std::string& config_path);
 // The weights of a checkpoint (table optimizer state left out).
 std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint);
 // Seeded, deterministic algorithms (bit-identical reruns).

@@ -6,7 +6,10 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <regex>
+
 #include "tzrec/common/error.h"
+#include "tzrec/config/supported_fields.h"
 #include "tzrec/config/oneof.h"
 #include "tzrec/optim/adadelta.h"
 
@@ -69,11 +72,16 @@ OptimizerPtr MakeRmsprop(const Message& msg, std::vector<at::Tensor> parameters)
       torch::optim::RMSpropOptions(c.lr()).alpha(c.alpha()).eps(c.eps()).weight_decay(c.weight_decay()));
 }
 
+const bool kPartOptimizerFields =
+    HonourMessageFields("tzrec.protos.DenseOptimizer", {"part_optimizers"}) &&
+    HonourMessageFields("tzrec.protos.PartOptimizer", {"regex_pattern"});
+
 }  // namespace
 
 Registry<DenseOptimizerFactory>& DenseOptimizerRegistry() {
   static Registry<DenseOptimizerFactory> registry(
-      "dense optimizer", {ConfigSlot{"tzrec.protos.DenseOptimizer", "optimizer"}});
+      "dense optimizer", {ConfigSlot{"tzrec.protos.DenseOptimizer", "optimizer"},
+                          ConfigSlot{"tzrec.protos.PartOptimizer", "optimizer"}});
   return registry;
 }
 
@@ -93,10 +101,41 @@ TZREC_REGISTER(DenseOptimizerRegistry(), "rmsprop_optimizer", MakeRmsprop, "lr",
 
 std::unique_ptr<torch::optim::Optimizer> CreateDenseOptimizer(
     const protos::DenseOptimizer& config, std::vector<at::Tensor> parameters) {
-  const auto* which = RegisteredOneofMember(config, "optimizer", DenseOptimizerRegistry(),
-                                            "train_config.dense_optimizer");
+  return CreateDenseOptimizer(config, std::move(parameters), "train_config.dense_optimizer");
+}
+
+std::unique_ptr<torch::optim::Optimizer> CreateDenseOptimizer(const google::protobuf::Message& config,
+                                                              std::vector<at::Tensor> parameters,
+                                                              const std::string& where) {
+  const auto* which = RegisteredOneofMember(config, "optimizer", DenseOptimizerRegistry(), where);
   return DenseOptimizerRegistry().Get(which->name())(config.GetReflection()->GetMessage(config, which),
                                                      std::move(parameters));
+}
+
+std::vector<std::vector<std::string>> GroupParametersByPattern(const std::vector<std::string>& names,
+                                                               const protos::DenseOptimizer& config) {
+  std::vector<std::regex> patterns;
+  for (int i = 0; i < config.part_optimizers_size(); ++i) {
+    const std::string& pattern = config.part_optimizers(i).regex_pattern();
+    try {
+      patterns.emplace_back(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      Fail("train_config.dense_optimizer.part_optimizers[", i, "].regex_pattern: '", pattern,
+           "' is not a regular expression (", e.what(), ")");
+    }
+  }
+  std::vector<std::vector<std::string>> groups(patterns.size() + 1);
+  for (const std::string& name : names) {
+    size_t group = patterns.size();
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (std::regex_match(name, patterns[i])) {
+        group = i;
+        break;
+      }
+    }
+    groups[group].push_back(name);
+  }
+  return groups;
 }
 
 double DenseLearningRate(torch::optim::Optimizer& optimizer) {

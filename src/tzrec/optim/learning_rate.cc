@@ -163,7 +163,8 @@ LearningRateFactory Make() {
 Registry<LearningRateFactory>& LearningRateRegistry() {
   static Registry<LearningRateFactory> registry(
       "learning rate schedule", {ConfigSlot{"tzrec.protos.SparseOptimizer", "learning_rate"},
-                                 ConfigSlot{"tzrec.protos.DenseOptimizer", "learning_rate"}});
+                                 ConfigSlot{"tzrec.protos.DenseOptimizer", "learning_rate"},
+                                 ConfigSlot{"tzrec.protos.PartOptimizer", "learning_rate"}});
   return registry;
 }
 

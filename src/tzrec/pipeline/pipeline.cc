@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <map>
+
 #include "tzrec/common/error.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/dist/data_parallel.h"
 #include "tzrec/fg/feature_info.h"
 #include "tzrec/optim/dense_optimizer.h"
@@ -117,10 +120,42 @@ void BuildModel(Pipeline* p, DistContext* dist) {
            << (training ? " with optimizer state" : "") << "; process RSS "
            << (ResidentSetBytes() >> 20) << " MiB";
   if (training) {
-    p->dense_optimizer = CreateDenseOptimizer(p->config.train_config().dense_optimizer(),
-                                              p->model->parameters());
-    p->dense_base_lr = DenseLearningRate(*p->dense_optimizer);
     const auto& dense = p->config.train_config().dense_optimizer();
+    // part_optimizers take the parameters their patterns match; the dense optimizer the rest.
+    std::vector<std::string> names;
+    std::map<std::string, at::Tensor> by_name;
+    for (const auto& item : p->model->named_parameters()) {
+      names.push_back(item.key());
+      by_name[item.key()] = item.value();
+    }
+    const auto groups = GroupParametersByPattern(names, dense);
+    auto tensors = [&](const std::vector<std::string>& group) {
+      std::vector<at::Tensor> out;
+      for (const auto& name : group) out.push_back(by_name.at(name));
+      return out;
+    };
+    for (int i = 0; i < dense.part_optimizers_size(); ++i) {
+      const std::string where = StrCat("train_config.dense_optimizer.part_optimizers[", i, "]");
+      if (groups[i].empty()) {
+        LOG_WARNING << where << ": regex_pattern '" << dense.part_optimizers(i).regex_pattern()
+                    << "' matches no dense parameter; this part optimizer is not used";
+        continue;
+      }
+      LOG_INFO << where << " (" << dense.part_optimizers(i).regex_pattern() << ") optimizes "
+               << groups[i].size() << " parameters: " << Join(groups[i], ", ");
+      Pipeline::PartOptimizer part;
+      part.index = i;
+      part.optimizer = CreateDenseOptimizer(dense.part_optimizers(i), tensors(groups[i]), where);
+      part.base_lr = DenseLearningRate(*part.optimizer);
+      // Without its own schedule a part follows the dense optimizer's, from its own base rate.
+      const bool own_schedule =
+          dense.part_optimizers(i).learning_rate_case() != protos::PartOptimizer::LEARNING_RATE_NOT_SET;
+      part.lr = own_schedule ? CreateLearningRateSchedule(dense.part_optimizers(i), where)
+                             : CreateLearningRateSchedule(dense, "train_config.dense_optimizer");
+      p->part_optimizers.push_back(std::move(part));
+    }
+    p->dense_optimizer = CreateDenseOptimizer(dense, tensors(groups.back()));
+    p->dense_base_lr = DenseLearningRate(*p->dense_optimizer);
     if (dense.has_ema()) {
       std::vector<std::pair<std::string, at::Tensor>> params;
       for (const auto& item : p->model->named_parameters()) {

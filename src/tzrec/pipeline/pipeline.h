@@ -58,6 +58,15 @@ struct Pipeline {
   // Training only.
   std::unique_ptr<SparseOptimizer> sparse_optimizer;
   std::unique_ptr<torch::optim::Optimizer> dense_optimizer;
+  // dense_optimizer.part_optimizers that matched a parameter (the dense optimizer has the
+  // rest): `index` in part_optimizers, its optimizer, schedule and base rate.
+  struct PartOptimizer {
+    int index = 0;
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    std::unique_ptr<LearningRateSchedule> lr;
+    double base_lr = 0.0;
+  };
+  std::vector<PartOptimizer> part_optimizers;
   // dense_optimizer.ema, when configured.
   std::unique_ptr<DenseEma> dense_ema;
   std::unique_ptr<LearningRateSchedule> sparse_lr;

@@ -212,12 +212,16 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
       files.Tensors("embedding/" + TableFileName(table), tensors, step);
     });
     SyncDirectory(JoinPath(tmp, "embedding"));
-    if (state.dense_optimizer) {
+    auto save_optimizer = [&](const std::string& file, const torch::optim::Optimizer& optimizer) {
       torch::serialize::OutputArchive archive;
-      state.dense_optimizer->save(archive);
+      optimizer.save(archive);
       std::ostringstream bytes;
       archive.save_to(bytes);
-      files.Bytes("dense_optimizer.pt", bytes.str());
+      files.Bytes(file, bytes.str());
+    };
+    if (state.dense_optimizer) save_optimizer("dense_optimizer.pt", *state.dense_optimizer);
+    for (const auto& [index, optimizer] : state.part_optimizers) {
+      save_optimizer(StrCat("part_optimizer_", index, ".pt"), *optimizer);
     }
     if (state.dense_ema) files.Tensors("dense_ema.pt", state.dense_ema->State(), step);
     {
@@ -495,24 +499,31 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
                   << "parameters.";
     }
   }
-  if (options.restore_optimizer && state.dense_optimizer) {
-    const std::string dense_file = JoinPath(checkpoint_path, "dense_optimizer.pt");
-    if (reader.Has("dense_optimizer.pt")) {
-      std::istringstream bytes(reader.Read("dense_optimizer.pt"));
-      try {
-        torch::serialize::InputArchive archive;
-        archive.load_from(bytes);
-        state.dense_optimizer->load(archive);
-      } catch (const Error&) {
-        throw;
-      } catch (const std::exception& e) {
-        Fail("cannot read the dense optimizer state '", dense_file, "': ",
-             FirstLine(e.what()));
+  auto restore_optimizer = [&](const std::string& file, torch::optim::Optimizer& optimizer) {
+    const std::string path = JoinPath(checkpoint_path, file);
+    if (!reader.Has(file)) {
+      if (options.require_all) {
+        Fail("checkpoint '", checkpoint_path, "' has no ", file, " (use ",
+             "--ignore_restore_optimizer to continue without the optimizer state)");
       }
-      ValidateDenseOptimizerState(*state.dense_optimizer, dense_file);
-    } else if (options.require_all) {
-      Fail("checkpoint '", checkpoint_path, "' has no dense_optimizer.pt (use ",
-           "--ignore_restore_optimizer to continue without the optimizer state)");
+      return;
+    }
+    std::istringstream bytes(reader.Read(file));
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(bytes);
+      optimizer.load(archive);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      Fail("cannot read the dense optimizer state '", path, "': ", FirstLine(e.what()));
+    }
+    ValidateDenseOptimizerState(optimizer, path);
+  };
+  if (options.restore_optimizer && state.dense_optimizer) restore_optimizer("dense_optimizer.pt", *state.dense_optimizer);
+  if (options.restore_optimizer) {
+    for (const auto& [index, optimizer] : state.part_optimizers) {
+      restore_optimizer(StrCat("part_optimizer_", index, ".pt"), *optimizer);
     }
   }
   const std::string state_file = JoinPath(checkpoint_path, "train_state.pt");

@@ -7,6 +7,7 @@
 //                       optimizer state, e.g. "sum"}; logical (unsharded) tables, written one
 //                       at a time so saving needs at most one table's worth of extra memory
 //   dense_optimizer.pt  LibTorch optimizer archive of the dense optimizer
+//   part_optimizer_<i>.pt  the same for dense_optimizer.part_optimizers[i] (those in use)
 //   dense_ema.pt        dense_optimizer.ema: the averages by parameter path and "__n_averaged__"
 //   train_state.pt      torch CPU generator state and the sparse optimizer step count
 //   meta.json           {"format": ..., "global_step": step, "files": {name: {size, crc32}}}
@@ -46,6 +47,8 @@ struct TrainingState {
   torch::optim::Optimizer* dense_optimizer = nullptr;
   // dense_optimizer.ema (training with ema only).
   DenseEma* dense_ema = nullptr;
+  // dense_optimizer.part_optimizers in use: (index in the config, optimizer).
+  std::vector<std::pair<int, torch::optim::Optimizer*>> part_optimizers;
   // Saved as dataloader_state.json when set (train only).
   const DataloaderState* dataloader_state = nullptr;
   // Saved as plan.json when set: where each table lived (dist/sharding_plan.h). Tables are

@@ -201,6 +201,10 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
     const double lr = pipeline_->dense_lr->Rate(pipeline_->dense_base_lr, step, epoch);
     if (lr != DenseLearningRate(*pipeline_->dense_optimizer)) SetDenseLearningRate(*pipeline_->dense_optimizer, lr);
   }
+  for (auto& part : pipeline_->part_optimizers) {
+    const double lr = part.lr->Rate(part.base_lr, step, epoch);
+    if (lr != DenseLearningRate(*part.optimizer)) SetDenseLearningRate(*part.optimizer, lr);
+  }
   auto last = std::chrono::steady_clock::now();
   size_t phase = 0;
   auto lap = [&](const char* name) {
@@ -258,6 +262,7 @@ void Trainer::ApplyAccumulatedGradients(int64_t step) {
   {
     RECORD_USER_SCOPE("tzrec::dense_optimizer");
     pipeline_->dense_optimizer->step();
+    for (auto& part : pipeline_->part_optimizers) part.optimizer->step();
   }
   // Table rows were updated inside the backwards (or wait in their storages while
   // accumulating); this advances Adam's step count after them.
@@ -418,6 +423,9 @@ void WriteTrainSummaries(EventWriter* events, const protos::TrainConfig& train, 
   events->AddScalar("loss/total", global.total, step);
   events->AddScalar("lr/g0", pipeline.sparse_optimizer->lr(), step);
   events->AddScalar("lr/g1", DenseLearningRate(*pipeline.dense_optimizer), step);
+  for (size_t k = 0; k < pipeline.part_optimizers.size(); ++k) {
+    events->AddScalar(StrCat("lr/g", k + 2), DenseLearningRate(*pipeline.part_optimizers[k].optimizer), step);
+  }
   WriteMetricScalars(events, model.TrainMetricValues(), step);
   const bool global_norm = HasSummary(train, "global_gradient_norm");
   const bool norms = HasSummary(train, "gradient_norm");
@@ -486,8 +494,10 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   if (dist->distributed()) BroadcastParameters(*dist->pg, pipeline->model->parameters());
   Trainer trainer(pipeline.get(), dist.get());
   auto training_state = [&]() {
-    return TrainingState{pipeline->model.get(), pipeline->sparse_optimizer.get(),
-                         pipeline->dense_optimizer.get(), pipeline->dense_ema.get()};
+    TrainingState state{pipeline->model.get(), pipeline->sparse_optimizer.get(),
+                        pipeline->dense_optimizer.get(), pipeline->dense_ema.get()};
+    for (auto& part : pipeline->part_optimizers) state.part_optimizers.emplace_back(part.index, part.optimizer.get());
+    return state;
   };
 
   // After every check that needs no files, so a bad config creates nothing. Rank 0 writes
@@ -677,6 +687,13 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                       static_cast<long long>(epoch), static_cast<long long>(i_step), rate,
                       pipeline->sparse_optimizer->lr(), DenseLearningRate(*pipeline->dense_optimizer));
         std::string line = head;
+        // part_optimizers follow as lr_g2, lr_g3, ... (TorchEasyRec's optimizer groups).
+        for (size_t k = 0; k < pipeline->part_optimizers.size(); ++k) {
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), " lr_g%zu:%.5f", k + 2,
+                        DenseLearningRate(*pipeline->part_optimizers[k].optimizer));
+          line += buf;
+        }
         Trainer::LossValues global = trainer.GlobalLosses(step);
         for (const auto& [name, value] : global.losses) {
           char buf[96];
