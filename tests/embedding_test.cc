@@ -71,12 +71,15 @@ std::vector<SparseOptimizerSpec> AllSpecs() {
     s.weight_decay = mode == Mode::kNone ? 0.0f : 0.01f;
     specs.push_back(s);
   }
-  s = SparseOptimizerSpec();
-  s.kind = Kind::kAdam;
-  s.lr = 0.01f;
-  specs.push_back(s);
-  s.weight_decay = 0.02f;
-  specs.push_back(s);
+  for (Kind kind : {Kind::kAdam, Kind::kLamb, Kind::kPartialRowwiseLamb, Kind::kPartialRowwiseAdam,
+                    Kind::kLarsSgd, Kind::kAdadelta, Kind::kRmsprop}) {
+    s = SparseOptimizerSpec();
+    s.kind = kind;
+    s.lr = kind == Kind::kLarsSgd || kind == Kind::kAdadelta ? 0.5f : 0.01f;
+    specs.push_back(s);
+    s.weight_decay = 0.02f;
+    specs.push_back(s);
+  }
   return specs;
 }
 
@@ -272,6 +275,84 @@ TEST(FusedEmbedding, AdagradMatchesTorchOptimizer) {
   }
   EXPECT_TRUE(torch::allclose(table->weight(), ref_weight.detach(), 1e-5, 1e-6))
       << (table->weight() - ref_weight).abs().max();
+}
+
+// The optimizers FBGEMM runs only on GPUs (lars_sgd, lamb, partial_rowwise_lamb,
+// partial_rowwise_adam) and adadelta / rmsprop, on one row over three steps, against their
+// definitions (sparse_optimizer.h) computed here in double precision.
+TEST(FusedEmbedding, MoreOptimizersFollowTheirDefinitionsOnOneRow) {
+  using Kind = SparseOptimizerSpec::Kind;
+  const int dim = 4;
+  const double grads[3][4] = {{0.5, -1.0, 0.25, 2.0}, {-0.75, 0.5, 1.5, -0.25}, {0.1, 0.2, -0.3, 0.4}};
+  for (Kind kind : {Kind::kLarsSgd, Kind::kLamb, Kind::kPartialRowwiseLamb, Kind::kPartialRowwiseAdam,
+                    Kind::kAdadelta, Kind::kRmsprop}) {
+    SparseOptimizerSpec spec;
+    spec.kind = kind;
+    spec.lr = 0.1f;
+    spec.weight_decay = 0.05f;
+    spec.eps = kind == Kind::kAdadelta ? 1e-6f : 1e-8f;
+    SCOPED_TRACE(spec.Name());
+    SparseOptimizer optimizer(spec);
+    EmbeddingStorage storage(dim, &optimizer);
+    EmbeddingTable* table = storage.AddTable("t", 3, true);
+    storage.Allocate();
+    table->weight().copy_(torch::tensor({{0.f, 0.f, 0.f, 0.f}, {0.3f, -0.2f, 0.1f, 0.4f}, {0.f, 0.f, 0.f, 0.f}}));
+    std::vector<double> w = {0.3f, -0.2f, 0.1f, 0.4f}, m(dim, 0.0), v(dim, 0.0), u(dim, 0.0);
+    double v_row = 0.0;
+    const double lr = spec.lr, wd = spec.weight_decay, b1 = spec.beta1, b2 = spec.beta2, eps = spec.eps;
+    auto norm = [](const std::vector<double>& x) {
+      double sum = 0.0;
+      for (double e : x) sum += e * e;
+      return std::sqrt(sum);
+    };
+    for (int t = 1; t <= 3; ++t) {
+      const std::vector<double> g(grads[t - 1], grads[t - 1] + dim);
+      std::vector<float> grad(g.begin(), g.end());
+      const int64_t values[] = {1}, offsets[] = {0, 1};
+      LookupArgs args{values, offsets, table->first_row(), table->rows(), false, true, nullptr};
+      FusedKernels().backward_update(&storage, {args}, 1, grad.data(), t);
+      if (kind == Kind::kLarsSgd) {
+        const double rate = lr * spec.eta * norm(w) / (norm(g) + wd * norm(w));
+        for (int d = 0; d < dim; ++d) {
+          u[d] = spec.momentum * u[d] + rate * (g[d] + wd * w[d]);
+          w[d] -= u[d];
+        }
+      } else if (kind == Kind::kAdadelta) {
+        for (int d = 0; d < dim; ++d) {
+          const double gd = g[d] + wd * w[d];
+          v[d] = spec.rho * v[d] + (1 - spec.rho) * gd * gd;
+          const double delta = std::sqrt(u[d] + eps) / std::sqrt(v[d] + eps) * gd;
+          u[d] = spec.rho * u[d] + (1 - spec.rho) * delta * delta;
+          w[d] -= lr * delta;
+        }
+      } else if (kind == Kind::kRmsprop) {
+        for (int d = 0; d < dim; ++d) {
+          const double gd = g[d] + wd * w[d];
+          v[d] = spec.alpha * v[d] + (1 - spec.alpha) * gd * gd;
+          w[d] -= lr * gd / (std::sqrt(v[d]) + eps);
+        }
+      } else {
+        const bool per_row = kind != Kind::kLamb;
+        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+        double mean_square = 0.0;
+        for (double x : g) mean_square += x * x / dim;
+        v_row = b2 * v_row + (1 - b2) * mean_square;
+        std::vector<double> r(dim);
+        for (int d = 0; d < dim; ++d) {
+          m[d] = b1 * m[d] + (1 - b1) * g[d];
+          v[d] = b2 * v[d] + (1 - b2) * g[d] * g[d];
+          r[d] = (m[d] / bc1) / (std::sqrt((per_row ? v_row : v[d]) / bc2) + eps) + wd * w[d];
+        }
+        const double scale = kind == Kind::kPartialRowwiseAdam ? lr : lr * norm(w) / norm(r);
+        for (int d = 0; d < dim; ++d) w[d] -= scale * r[d];
+      }
+      for (int d = 0; d < dim; ++d) {
+        EXPECT_NEAR(table->weight()[1][d].item<double>(), w[d], 2e-6) << "step " << t << " d " << d;
+      }
+    }
+    // Untouched rows never move.
+    EXPECT_EQ(table->weight()[0].abs().sum().item<float>(), 0.0f);
+  }
 }
 
 }  // namespace

@@ -242,6 +242,57 @@ TEST(PartOptimizers, MatchedParametersTakeTheirOwnOptimizerAndSchedule) {
                      "train_config.dense_optimizer.part_optimizers[0].regex_pattern: '(' is not a regular expression");
 }
 
+// The small DeepFM config (testing::WriteSmallConfig) with `from` replaced by `to`.
+std::string SmallConfigWith(const testing::TempDir& dir, const std::string& from, const std::string& to) {
+  const std::string config = testing::WriteSmallConfig(dir);
+  std::string text = ReadFileToString(config);
+  const size_t at = text.find(from);
+  if (at == std::string::npos) ADD_FAILURE() << "'" << from << "' is not in the small config";
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  testing::WriteFile(config, text);
+  return config;
+}
+
+// Trains `config` 20 steps into dir/straight, and 11 steps then continued to 20 into
+// dir/resumed (unshuffled, deterministic); returns both last checkpoints.
+std::pair<std::string, std::string> StraightAndResumed(const testing::TempDir& dir, const std::string& config) {
+  const std::string edits = R"("data_config.shuffle": false)";
+  testing::DeterministicRuntime();
+  auto straight = testing::SmallOptions(dir, config, dir.File("straight"));
+  straight.edit_config_json = "{" + edits + "}";
+  TrainAndEvaluate(straight);
+  testing::DeterministicRuntime();
+  auto first = testing::SmallOptions(dir, config, dir.File("resumed"));
+  first.edit_config_json = "{" + edits + R"(, "train_config.num_steps": 11})";
+  TrainAndEvaluate(first);
+  testing::DeterministicRuntime();
+  auto second = testing::SmallOptions(dir, config, dir.File("resumed"));
+  second.continue_train = true;
+  second.edit_config_json = straight.edit_config_json;
+  TrainAndEvaluate(second);
+  return {ListCheckpoints(dir.File("straight")).back().path, ListCheckpoints(dir.File("resumed")).back().path};
+}
+
+// Every sparse optimizer trains the small DeepFM from its config (finite weights, evaluated),
+// and a run continued from its checkpoint ends like an uninterrupted one (the optimizer state
+// of every table round-trips, whatever its layout).
+TEST(SparseOptimizers, EachTrainsAndResumesExactlyFromConfig) {
+  for (const std::string optimizer :
+       {"lars_sgd_optimizer { lr: 0.5 }", "lamb_optimizer { lr: 0.05 }", "partial_rowwise_lamb_optimizer { lr: 0.05 }",
+        "partial_rowwise_adam_optimizer { lr: 0.01 weight_decay: 0.001 }", "adadelta_optimizer { lr: 1.0 }",
+        "rmsprop_optimizer { lr: 0.01 }"}) {
+    SCOPED_TRACE(optimizer);
+    testing::TempDir dir;
+    const auto [straight, resumed] =
+        StraightAndResumed(dir, SmallConfigWith(dir, "adagrad_optimizer { lr: 0.05 }", optimizer));
+    const auto a = LoadCheckpointTensors(straight);
+    const auto b = LoadCheckpointTensors(resumed);
+    ExpectClose(a, b, 0.0, optimizer);
+    for (const auto& [name, tensor] : a) EXPECT_TRUE(at::isfinite(tensor).all().item<bool>()) << name;
+    EXPECT_TRUE(testing::LastEvalResult(dir.File("straight")).contains("auc"));
+  }
+}
+
 // DenseEma against its definition: the first update copies, then avg += (1 - decay)(p - avg);
 // Swap exchanges averages and live values; the state round-trips and is checked on load.
 TEST(DenseEma, FollowsTheAveragingFormula) {
@@ -292,34 +343,12 @@ std::map<std::string, at::Tensor> ReadArchive(const std::string& path) {
 // weights with use_dense_ema: false.
 TEST(Training, AccumulationClippingAndEmaResumeExactlyAndEvaluationUsesTheAverages) {
   testing::TempDir dir;
-  const std::string config = testing::WriteSmallConfig(dir);
-  std::string text = ReadFileToString(config);
-  const std::string dense = "dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} }";
-  const size_t at = text.find(dense);
-  ASSERT_NE(at, std::string::npos);
-  text.replace(at, dense.size(),
-               "dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} ema { decay: 0.8 } "
-               "part_optimizers { adagrad_optimizer { lr: 0.01 } regex_pattern: 'output_mlp\\\\..*' } } "
-               "gradient_accumulation_steps: 3 grad_clipping { clipping_type: 'norm' max_gradient: 0.5 }");
-  testing::WriteFile(config, text);
-  const std::string edits = R"("data_config.shuffle": false)";
-  testing::DeterministicRuntime();
-  auto straight = testing::SmallOptions(dir, config, dir.File("straight"));
-  straight.edit_config_json = "{" + edits + "}";
-  TrainAndEvaluate(straight);
-
-  testing::DeterministicRuntime();
-  auto first = testing::SmallOptions(dir, config, dir.File("resumed"));
-  first.edit_config_json = "{" + edits + R"(, "train_config.num_steps": 11})";
-  TrainAndEvaluate(first);
-  testing::DeterministicRuntime();
-  auto second = testing::SmallOptions(dir, config, dir.File("resumed"));
-  second.continue_train = true;
-  second.edit_config_json = straight.edit_config_json;
-  TrainAndEvaluate(second);
-
-  const std::string a = ListCheckpoints(dir.File("straight")).back().path;
-  const std::string b = ListCheckpoints(dir.File("resumed")).back().path;
+  const std::string config = SmallConfigWith(
+      dir, "dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} }",
+      "dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} ema { decay: 0.8 } "
+      "part_optimizers { adagrad_optimizer { lr: 0.01 } regex_pattern: 'output_mlp\\\\..*' } } "
+      "gradient_accumulation_steps: 3 grad_clipping { clipping_type: 'norm' max_gradient: 0.5 }");
+  const auto [a, b] = StraightAndResumed(dir, config);
   ASSERT_EQ(ListCheckpoints(dir.File("straight")).back().step, 19);
   ExpectClose(testing::LoadModelFile(a), testing::LoadModelFile(b), 0.0, "weights");
   const auto ema_a = ReadArchive(a + "/dense_ema.pt"), ema_b = ReadArchive(b + "/dense_ema.pt");

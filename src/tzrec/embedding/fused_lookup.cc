@@ -38,10 +38,18 @@ RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t ite
   RowUpdateParams p;
   using Kind = SparseOptimizerSpec::Kind;
   using Mode = SparseOptimizerSpec::WeightDecayMode;
-  p.kind = spec.kind == Kind::kSgd              ? RowUpdateParams::kSgd
-           : spec.kind == Kind::kAdagrad        ? RowUpdateParams::kAdagrad
-           : spec.kind == Kind::kRowwiseAdagrad ? RowUpdateParams::kRowwiseAdagrad
-                                                : RowUpdateParams::kAdam;
+  switch (spec.kind) {
+    case Kind::kSgd: p.kind = RowUpdateParams::kSgd; break;
+    case Kind::kAdagrad: p.kind = RowUpdateParams::kAdagrad; break;
+    case Kind::kRowwiseAdagrad: p.kind = RowUpdateParams::kRowwiseAdagrad; break;
+    case Kind::kAdam: p.kind = RowUpdateParams::kAdam; break;
+    case Kind::kLarsSgd: p.kind = RowUpdateParams::kLarsSgd; break;
+    case Kind::kLamb: p.kind = RowUpdateParams::kLamb; break;
+    case Kind::kPartialRowwiseLamb: p.kind = RowUpdateParams::kPartialRowwiseLamb; break;
+    case Kind::kPartialRowwiseAdam: p.kind = RowUpdateParams::kPartialRowwiseAdam; break;
+    case Kind::kAdadelta: p.kind = RowUpdateParams::kAdadelta; break;
+    case Kind::kRmsprop: p.kind = RowUpdateParams::kRmsprop; break;
+  }
   p.weight_decay_mode = spec.weight_decay_mode == Mode::kL2         ? RowUpdateParams::kL2
                         : spec.weight_decay_mode == Mode::kDecouple ? RowUpdateParams::kDecouple
                                                                     : RowUpdateParams::kNone;
@@ -50,6 +58,10 @@ RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t ite
   p.beta1 = spec.beta1;
   p.beta2 = spec.beta2;
   p.weight_decay = spec.weight_decay;
+  p.momentum = spec.momentum;
+  p.eta = spec.eta;
+  p.rho = spec.rho;
+  p.alpha = spec.alpha;
   p.gradient_clipping = spec.gradient_clipping;
   p.max_gradient = spec.max_gradient;
   p.bias_correction1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));

@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "tzrec/common/error.h"
 #include "tzrec/embedding/fused_lookup.h"
 
 namespace tzrec {
@@ -50,6 +51,12 @@ void ReferenceForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
     std::memcpy(&bias.x, bytes + dim + 2, 2);
     return static_cast<float>(bytes[d]) * static_cast<float>(scale) + static_cast<float>(bias);
   });
+}
+
+float Norm(const float* x, int n) {
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum += x[i] * x[i];
+  return std::sqrt(sum);
 }
 
 void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
@@ -110,7 +117,7 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
         if (spec.weight_decay_mode == Mode::kDecouple) w[d] = w[d] - spec.lr * spec.weight_decay * w[d];
         w[d] = w[d] - spec.lr * g[d] / (std::sqrt(state[0]) + spec.eps);
       }
-    } else {
+    } else if (spec.kind == Kind::kAdam) {
       float* m = state;
       float* v = state + dim;
       for (int d = 0; d < dim; ++d) {
@@ -119,6 +126,58 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
         float m_hat = m[d] / (1.0f - std::pow(spec.beta1, static_cast<float>(iteration)));
         float v_hat = v[d] / (1.0f - std::pow(spec.beta2, static_cast<float>(iteration)));
         w[d] = w[d] - spec.lr * (m_hat / (std::sqrt(v_hat) + spec.eps) + spec.weight_decay * w[d]);
+      }
+    } else if (spec.kind == Kind::kLarsSgd) {
+      const float w_norm = Norm(w, dim), g_norm = Norm(g.data(), dim);
+      const float denominator = g_norm + spec.weight_decay * w_norm;
+      const float rate = denominator > 0.0f ? spec.lr * spec.eta * w_norm / denominator : 0.0f;
+      for (int d = 0; d < dim; ++d) {
+        state[d] = spec.momentum * state[d] + rate * (g[d] + spec.weight_decay * w[d]);
+      }
+      for (int d = 0; d < dim; ++d) w[d] = w[d] - state[d];
+    } else if (spec.kind == Kind::kLamb || spec.kind == Kind::kPartialRowwiseLamb ||
+               spec.kind == Kind::kPartialRowwiseAdam) {
+      // Second moments: one per element (lamb) or one per row from the mean square gradient.
+      const bool per_row = spec.kind != Kind::kLamb;
+      float* m = state;
+      float* v = state + dim;
+      const float bc1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));
+      const float bc2 = 1.0f - std::pow(spec.beta2, static_cast<float>(iteration));
+      if (per_row) {
+        float mean_square = 0.0f;
+        for (int d = 0; d < dim; ++d) mean_square += g[d] * g[d];
+        v[0] = spec.beta2 * v[0] + (1.0f - spec.beta2) * mean_square / static_cast<float>(dim);
+      }
+      std::vector<float> direction(dim);
+      for (int d = 0; d < dim; ++d) {
+        m[d] = spec.beta1 * m[d] + (1.0f - spec.beta1) * g[d];
+        if (!per_row) v[d] = spec.beta2 * v[d] + (1.0f - spec.beta2) * g[d] * g[d];
+        const float second = per_row ? v[0] : v[d];
+        direction[d] = (m[d] / bc1) / (std::sqrt(second / bc2) + spec.eps) + spec.weight_decay * w[d];
+      }
+      if (spec.kind == Kind::kPartialRowwiseAdam) {
+        for (int d = 0; d < dim; ++d) w[d] = w[d] - spec.lr * direction[d];
+      } else {
+        const float r_norm = Norm(direction.data(), dim);
+        const float ratio = r_norm == 0.0f ? 0.0f : Norm(w, dim) / r_norm;  // NaN stays NaN
+        for (int d = 0; d < dim; ++d) w[d] = w[d] - spec.lr * ratio * direction[d];
+      }
+    } else if (spec.kind == Kind::kAdadelta) {
+      float* square_avg = state;
+      float* acc_delta = state + dim;
+      for (int d = 0; d < dim; ++d) {
+        const float gd = g[d] + spec.weight_decay * w[d];
+        square_avg[d] = spec.rho * square_avg[d] + (1.0f - spec.rho) * gd * gd;
+        const float delta = std::sqrt(acc_delta[d] + spec.eps) / std::sqrt(square_avg[d] + spec.eps) * gd;
+        acc_delta[d] = spec.rho * acc_delta[d] + (1.0f - spec.rho) * delta * delta;
+        w[d] = w[d] - spec.lr * delta;
+      }
+    } else {
+      TZREC_CHECK(spec.kind == Kind::kRmsprop);
+      for (int d = 0; d < dim; ++d) {
+        const float gd = g[d] + spec.weight_decay * w[d];
+        state[d] = spec.alpha * state[d] + (1.0f - spec.alpha) * gd * gd;
+        w[d] = w[d] - spec.lr * gd / (std::sqrt(state[d]) + spec.eps);
       }
     }
   }

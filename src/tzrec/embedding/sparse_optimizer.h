@@ -10,6 +10,18 @@
 //                     [DECOUPLE: w -= lr*wd*w first]                              (per row)
 //   adam:             m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g*g;
 //                     w -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd*w)
+//   partial_rowwise_adam: as adam with one v per row from mean(g*g)
+//   lars_sgd:         lr' = lr * eta * |w| / (|g| + wd*|w|)  (row norms, eta 0.001);
+//                     mom = momentum*mom + lr' * (g + wd*w);  w -= mom
+//   lamb:             m, v as adam;  r = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd*w;
+//                     w -= lr * |w| / |r| * r                         (row norms)
+//   partial_rowwise_lamb: as lamb with one v per row from mean(g*g)
+// FBGEMM runs these four on GPUs only; adadelta and rmsprop are in TorchEasyRec's proto for a
+// private TorchRec build, and here follow torch.optim per element (L2 weight decay):
+//   adadelta:         g += wd*w;  sq = rho sq + (1-rho) g^2;
+//                     delta = sqrt(acc + eps) / sqrt(sq + eps) * g;  acc = rho acc + (1-rho) delta^2;
+//                     w -= lr * delta
+//   rmsprop:          g += wd*w;  sq = alpha sq + (1-alpha) g^2;  w -= lr * g / (sqrt(sq) + eps)
 #pragma once
 
 #include <cstdint>
@@ -24,7 +36,18 @@
 namespace tzrec {
 
 struct SparseOptimizerSpec {
-  enum class Kind { kSgd, kAdagrad, kRowwiseAdagrad, kAdam };
+  enum class Kind {
+    kSgd,
+    kAdagrad,
+    kRowwiseAdagrad,
+    kAdam,
+    kLarsSgd,
+    kLamb,
+    kPartialRowwiseLamb,
+    kPartialRowwiseAdam,
+    kAdadelta,
+    kRmsprop,
+  };
   enum class WeightDecayMode { kNone, kL2, kDecouple };
   Kind kind = Kind::kSgd;
   float lr = 0.002f;
@@ -34,6 +57,10 @@ struct SparseOptimizerSpec {
   float weight_decay = 0.0f;
   WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;
   float initial_accumulator = 0.0f;
+  float momentum = 0.9f;  // lars_sgd
+  float eta = 0.001f;     // lars_sgd trust coefficient (FBGEMM's default; not in the config)
+  float rho = 0.95f;      // adadelta
+  float alpha = 0.99f;    // rmsprop
   bool gradient_clipping = false;
   float max_gradient = 1.0f;
 

@@ -35,11 +35,23 @@ struct LookupArgs {
 
 // Sparse optimizer math for one step, flattened for the kernels (see sparse_optimizer.h).
 struct RowUpdateParams {
-  enum Kind : int { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
+  enum Kind : int {
+    kSgd = 0,
+    kAdagrad = 1,
+    kRowwiseAdagrad = 2,
+    kAdam = 3,
+    kLarsSgd = 4,
+    kLamb = 5,
+    kPartialRowwiseLamb = 6,
+    kPartialRowwiseAdam = 7,
+    kAdadelta = 8,
+    kRmsprop = 9,
+  };
   enum WeightDecayMode : int { kNone = 0, kL2 = 1, kDecouple = 2 };
   int kind = kSgd;
   int weight_decay_mode = kNone;
   float lr = 0, eps = 0, beta1 = 0, beta2 = 0, weight_decay = 0;
+  float momentum = 0, eta = 0, rho = 0, alpha = 0;  // LARS; Adadelta; RMSprop
   bool gradient_clipping = false;
   float max_gradient = 0;
   float bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
