@@ -19,6 +19,7 @@
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/optim/dense_ema.h"
 #include "tzrec/optim/dense_optimizer.h"
+#include "tzrec/serving/exported_model.h"
 #include "tzrec/train/checkpoint.h"
 #include "tzrec/train/tensor_archive.h"
 #include "tzrec/train/trainer.h"
@@ -339,8 +340,8 @@ std::map<std::string, at::Tensor> ReadArchive(const std::string& path) {
 // part optimizer (its Adagrad state checkpointed beside the dense optimizer's) and the EMA
 // together: a run stopped after step 10 and continued ends with the same weights and
 // averages as an uninterrupted one; the checkpoint keeps the averages apart from the weights;
-// evaluation uses the averages by default (eval_config.use_dense_ema unset), the plain
-// weights with use_dense_ema: false.
+// evaluation and export use the averages by default (use_dense_ema unset), evaluation the
+// plain weights with use_dense_ema: false.
 TEST(Training, AccumulationClippingAndEmaResumeExactlyAndEvaluationUsesTheAverages) {
   testing::TempDir dir;
   const std::string config = SmallConfigWith(
@@ -373,6 +374,17 @@ TEST(Training, AccumulationClippingAndEmaResumeExactlyAndEvaluationUsesTheAverag
   eval.pipeline_config_path = dir.File("plain.config");
   const auto plain = Evaluate(eval);
   EXPECT_NE(plain.at("binary_cross_entropy"), averaged.at("binary_cross_entropy"));
+
+  // tzrec export takes the averaged dense weights too (export_config.use_dense_ema unset).
+  ExportOptions export_options;
+  export_options.pipeline_config_path = dir.File("straight/pipeline.config");
+  export_options.export_dir = dir.File("export");
+  export_options.quant_from_environment = false;
+  export_options.write_scripted_model = false;
+  ExportModel(export_options);
+  auto exported = LoadExportedPipeline(dir.File("export"), PipelineMode::kPredict);
+  const auto params = exported->model->named_parameters();
+  EXPECT_TRUE(torch::equal(params["output_mlp.weight"], ema_a.at("output_mlp.weight")));
 }
 
 // fine_tune_ckpt_param_map: a table renamed since the checkpoint is restored from its old name;
