@@ -240,4 +240,10 @@ int64_t ResidentSetBytes() {
   return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGE_SIZE);
 }
 
+std::string HostName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "localhost";
+  return host;
+}
+
 }  // namespace tzrec

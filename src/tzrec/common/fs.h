@@ -51,6 +51,9 @@ void RemoveAll(const std::string& path);
 std::string JoinPath(const std::string& a, const std::string& b);
 std::vector<std::string> ListDirectory(const std::string& path);  // names, sorted
 
+// This machine's host name ("localhost" when it cannot be read), for file names and messages.
+std::string HostName();
+
 // A fresh directory path next to `final_path` for building something that is renamed to
 // `final_path` when complete.
 std::string TempSiblingPath(const std::string& final_path);

@@ -101,16 +101,44 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   });
 }
 
-// Each touched row's gradient summed over the lookups (in first-touch order, so every rank
-// merges identically): rows int64 [n] (global rows of the storage), sums float [n, dim].
+// Gradients summed per row, rows in first-touch order (so every rank merges identically).
+class RowGradientSum {
+ public:
+  explicit RowGradientSum(int dim) : dim_(dim) {}
+  void Add(int64_t row, const float* grad, float factor) {
+    auto inserted = slot_of_.emplace(row, static_cast<int64_t>(rows_.size()));
+    if (inserted.second) {
+      rows_.push_back(row);
+      sums_.resize(sums_.size() + dim_, 0.0f);
+    }
+    float* s = sums_.data() + inserted.first->second * dim_;
+    for (int d = 0; d < dim_; ++d) s[d] += grad[d] * factor;
+  }
+  // rows int64 [n], sums float [n, dim].
+  std::pair<at::Tensor, at::Tensor> Tensors() const {
+    const int64_t n = static_cast<int64_t>(rows_.size());
+    at::Tensor row_tensor = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor grad_tensor = at::empty({n, dim_}, at::TensorOptions().dtype(at::kFloat));
+    std::copy(rows_.begin(), rows_.end(), row_tensor.data_ptr<int64_t>());
+    std::copy(sums_.begin(), sums_.end(), grad_tensor.data_ptr<float>());
+    return {row_tensor, grad_tensor};
+  }
+
+ private:
+  int dim_;
+  std::unordered_map<int64_t, int64_t> slot_of_;
+  std::vector<int64_t> rows_;
+  std::vector<float> sums_;
+};
+
+// Each touched row's gradient summed over the lookups: rows int64 [n] (global rows of the
+// storage), sums float [n, dim].
 std::pair<at::Tensor, at::Tensor> RowGradientSums(int dim, const std::vector<LookupArgs>& lookups,
                                                   int64_t bags, const float* grad) {
   int64_t shared = 0;  // lookups in the shared [bags, shared * dim] gradient, in order
   for (const LookupArgs& l : lookups) shared += l.own_bags < 0 ? 1 : 0;
   const int64_t width = shared * dim;
-  std::unordered_map<int64_t, int64_t> slot_of;
-  std::vector<int64_t> rows;
-  std::vector<float> sums;
+  RowGradientSum sum(dim);
   int64_t shared_index = -1;
   for (size_t k = 0; k < lookups.size(); ++k) {
     const LookupArgs& l = lookups[k];
@@ -123,23 +151,11 @@ std::pair<at::Tensor, at::Tensor> RowGradientSums(int dim, const std::vector<Loo
       const float scale = l.mean && end > begin ? 1.0f / static_cast<float>(end - begin) : 1.0f;
       const float* g = own ? l.own_grad + b * l.own_grad_stride : grad + b * width + shared_index * dim;
       for (int64_t i = begin; i < end; ++i) {
-        auto inserted = slot_of.emplace(l.first_row + l.values[i], static_cast<int64_t>(rows.size()));
-        if (inserted.second) {
-          rows.push_back(inserted.first->first);
-          sums.resize(sums.size() + dim, 0.0f);
-        }
-        float* s = sums.data() + inserted.first->second * dim;
-        const float factor = l.weights ? scale * l.weights[i] : scale;
-        for (int d = 0; d < dim; ++d) s[d] += g[d] * factor;
+        sum.Add(l.first_row + l.values[i], g, l.weights ? scale * l.weights[i] : scale);
       }
     }
   }
-  const int64_t n = static_cast<int64_t>(rows.size());
-  at::Tensor row_tensor = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor grad_tensor = at::empty({n, dim}, at::TensorOptions().dtype(at::kFloat));
-  std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
-  std::copy(sums.begin(), sums.end(), grad_tensor.data_ptr<float>());
-  return {row_tensor, grad_tensor};
+  return sum.Tensors();
 }
 
 // The optimizer applied to distinct `rows` with their gradients, as one single-id bag per row.
@@ -322,30 +338,15 @@ void ApplyDeferredRowGradients(EmbeddingStorage* storage) {
   if (deferred.empty()) return;
   // Sum the kept gradients per row (first-touch order over the backwards, as one backward
   // would), so each row gets one update however many accumulated steps touched it.
-  const int dim = storage->dim();
-  std::unordered_map<int64_t, int64_t> slot_of;
-  std::vector<int64_t> rows;
-  std::vector<float> sums;
+  RowGradientSum sum(storage->dim());
   for (const auto& [row_tensor, grad_tensor] : deferred) {
     const at::Tensor r = row_tensor.contiguous(), g = grad_tensor.contiguous();
     const int64_t* row = r.data_ptr<int64_t>();
     const float* grad = g.data_ptr<float>();
-    for (int64_t i = 0; i < r.numel(); ++i) {
-      auto inserted = slot_of.emplace(row[i], static_cast<int64_t>(rows.size()));
-      if (inserted.second) {
-        rows.push_back(row[i]);
-        sums.resize(sums.size() + dim, 0.0f);
-      }
-      float* s = sums.data() + inserted.first->second * dim;
-      for (int d = 0; d < dim; ++d) s[d] += grad[i * dim + d];
-    }
+    for (int64_t i = 0; i < r.numel(); ++i) sum.Add(row[i], grad + i * storage->dim(), 1.0f);
   }
   deferred.clear();
-  const int64_t n = static_cast<int64_t>(rows.size());
-  at::Tensor row_tensor = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor grad_tensor = at::empty({n, dim}, at::TensorOptions().dtype(at::kFloat));
-  std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
-  std::copy(sums.begin(), sums.end(), grad_tensor.data_ptr<float>());
+  auto [row_tensor, grad_tensor] = sum.Tensors();
   UpdateDistinctRows(storage, row_tensor, grad_tensor);
 }
 

@@ -25,12 +25,6 @@ bool AllDigits(const std::string& text) {
   return true;
 }
 
-std::string HostName() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "unknown host";
-  return host;
-}
-
 }  // namespace
 
 ModelDirLock::ModelDirLock(const std::string& model_dir) {

@@ -83,9 +83,7 @@ uint32_t Crc32c(const void* data, size_t size) {
 
 EventWriter::EventWriter(const std::string& dir) {
   MakeDirs(dir);
-  char host[256] = "localhost";
-  gethostname(host, sizeof(host) - 1);
-  path_ = JoinPath(dir, StrCat("events.out.tfevents.", static_cast<int64_t>(WallTime()), ".", host, ".",
+  path_ = JoinPath(dir, StrCat("events.out.tfevents.", static_cast<int64_t>(WallTime()), ".", HostName(), ".",
                                static_cast<int64_t>(getpid())));
   file_ = std::fopen(path_.c_str(), "ab");
   if (!file_) Fail("cannot write TensorBoard events to '", path_, "': ", std::strerror(errno));

@@ -29,11 +29,11 @@
 #include "tzrec/train/non_finite.h"
 #include "tzrec/train/runtime.h"
 #include "tzrec/train/tensorboard.h"
+#include "tzrec/train/train_summaries.h"
 #include "tzrec/version.h"
 
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
-#include <unistd.h>
 
 namespace tzrec {
 namespace {
@@ -119,18 +119,6 @@ void CheckTrainConfig(const protos::TrainConfig& train) {
     Fail("train_config.tensorboard_summaries: '", summary, "' is none of loss, learning_rate, parameter, ",
          "global_gradient_norm, gradient_norm, gradient");
   }
-}
-
-bool HasSummary(const protos::TrainConfig& train, const std::string& name) {
-  return std::find(train.tensorboard_summaries().begin(), train.tensorboard_summaries().end(), name) !=
-         train.tensorboard_summaries().end();
-}
-
-// Scalars of a metrics map as TorchEasyRec names them ("metric/<name>").
-template <typename Metrics>
-void WriteMetricScalars(EventWriter* writer, const Metrics& metrics, int64_t step) {
-  if (!writer) return;
-  for (const auto& [name, value] : metrics) writer->AddScalar("metric/" + name, value, step);
 }
 
 }  // namespace
@@ -413,52 +401,6 @@ std::map<std::string, double> Trainer::Evaluate(const Dataset& dataset, int64_t 
   return metrics;
 }
 
-namespace {
-
-// The training scalars (and the tensorboard_summaries extras) of a logged step, named as
-// TorchEasyRec names them.
-void WriteTrainSummaries(EventWriter* events, const protos::TrainConfig& train, const Trainer& trainer,
-                         const Pipeline& pipeline, Model& model, const Trainer::LossValues& global, int64_t step) {
-  for (const auto& [name, value] : global.losses) events->AddScalar("loss/" + name, value, step);
-  events->AddScalar("loss/total", global.total, step);
-  events->AddScalar("lr/g0", pipeline.sparse_optimizer->lr(), step);
-  events->AddScalar("lr/g1", DenseLearningRate(*pipeline.dense_optimizer), step);
-  for (size_t k = 0; k < pipeline.part_optimizers.size(); ++k) {
-    events->AddScalar(StrCat("lr/g", k + 2), DenseLearningRate(*pipeline.part_optimizers[k].optimizer), step);
-  }
-  WriteMetricScalars(events, model.TrainMetricValues(), step);
-  const bool global_norm = HasSummary(train, "global_gradient_norm");
-  const bool norms = HasSummary(train, "gradient_norm");
-  if (global_norm || norms) {
-    double squares = 0.0;
-    for (const auto& [name, norm] : trainer.GradientNorms()) {
-      squares += norm * norm;
-      if (norms) events->AddScalar(name + "/gradient_norm", norm, step);
-    }
-    if (global_norm) events->AddScalar("global_gradient_norm", std::sqrt(squares), step);
-  }
-  // Histograms of the dense parameters ("<name>") and their gradients ("<name>/gradient"),
-  // as TorchEasyRec; tables are left out (TorchEasyRec logs only this rank's shard of
-  // sharded ones, and our fused tables have no gradient tensor).
-  const bool parameters = HasSummary(train, "parameter"), gradients = HasSummary(train, "gradient");
-  if (parameters || gradients) {
-    for (const auto& item : model.named_parameters()) {
-      const std::string& name = item.key();
-      if (name.rfind("embedding_group.", 0) == 0) continue;
-      if (parameters) {
-        at::Tensor p = item.value().detach().contiguous();
-        events->AddHistogram(name, p.data_ptr<float>(), p.numel(), step);
-      }
-      if (gradients && item.value().grad().defined()) {
-        at::Tensor g = item.value().grad().contiguous();
-        events->AddHistogram(name + "/gradient", g.data_ptr<float>(), g.numel(), step);
-      }
-    }
-  }
-}
-
-}  // namespace
-
 void TrainAndEvaluate(const TrainEvalOptions& options) {
   protos::EasyRecConfig config = LoadTrainConfig(options);
   const auto& train = config.train_config();
@@ -661,11 +603,9 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       if (train.is_profiling() && profiled_steps == 2) {
         const std::string trace_dir = JoinPath(model_dir, "train_eval_trace");
         MakeDirs(trace_dir);
-        char host[256] = "localhost";
-        gethostname(host, sizeof(host) - 1);
         const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count();
-        trace_path = JoinPath(trace_dir, StrCat(host, "_", static_cast<int64_t>(getpid()), ".", ms, ".pt.trace.json"));
+        trace_path = JoinPath(trace_dir, StrCat(HostName(), "_", static_cast<int64_t>(getpid()), ".", ms, ".pt.trace.json"));
         profiler = std::make_unique<torch::autograd::profiler::RecordProfile>(trace_path);
       }
       Trainer::StepResult step = trainer.TrainStep(batch, i_step, epoch);
