@@ -84,8 +84,9 @@ void EmbeddingBench(int64_t rows, int threads) {
               seconds / steps * 1e3);
 }
 
-void MlpBench(bool fast, int threads) {
+void MlpBench(bool fast, int threads, bool bf16 = false) {
   at::set_num_threads(threads);
+  tzrec::ScopedGemmPrecision precision(bf16 ? tzrec::GemmPrecision::kBFloat16 : tzrec::GemmPrecision::kFloat32);
   torch::manual_seed(0);
   const int64_t batch = 4096;
   std::vector<int64_t> dims = {429, 512, 256, 128};
@@ -112,7 +113,8 @@ void MlpBench(bool fast, int threads) {
   double ms = Seconds(start) / steps * 1e3;
   double gflop = 3.0 * 2.0 * batch * (429 * 512 + 512 * 256 + 256 * 128) / 1e9;
   std::printf("mlp 429-512-256-128 batch 4096 %s threads=%d: %.2f ms fwd+bwd, %.0f GFLOP/s\n",
-              fast ? "FastLinear(oneDNN)" : "aten linear+relu ", threads, ms, gflop / ms * 1e3);
+              bf16 ? "FastLinear(oneDNN BF16)" : fast ? "FastLinear(oneDNN)" : "aten linear+relu ", threads,
+              ms, gflop / ms * 1e3);
 }
 
 void RawGemmBench() {
@@ -230,6 +232,10 @@ int main(int argc, char** argv) {
     MlpBench(true, threads);
     return 0;
   }
+  if (only == "mlp_bf16") {  // mixed_precision BF16 (needs AVX512-BF16 to differ from fp32)
+    MlpBench(true, threads, tzrec::NativeBf16GemmAvailable());
+    return 0;
+  }
   for (int64_t rows : {1000000LL, 10000000LL}) {
     EmbeddingBench(rows, 1);
     if (threads > 1) EmbeddingBench(rows, threads);
@@ -238,5 +244,6 @@ int main(int argc, char** argv) {
   RawGemmBench();
   MlpBench(false, threads);
   MlpBench(true, threads);
+  if (tzrec::NativeBf16GemmAvailable()) MlpBench(true, threads, true);
   return 0;
 }

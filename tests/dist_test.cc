@@ -309,15 +309,17 @@ TEST(Distributed, TwoRanksMatchOneProcessWithWeightedAndMeanPooledShardedTables)
 }
 
 // The same with gradient accumulation (3 steps; table rows accumulate after the data-parallel
-// exchange or on the rows' owner), dense norm clipping and the dense EMA: the merged and
-// accumulated gradients are the same as one process's.
+// exchange or on the rows' owner), dense norm clipping, the dense EMA and a grad scaler
+// (growing every 2 updates; every rank unscales alike): the merged and accumulated gradients
+// are the same as one process's.
 TEST(Distributed, TwoRanksMatchOneProcessWithAccumulationClippingAndEma) {
   for (const char* sharding : {"data_parallel", "row_wise"}) {
     TwoRanksMatchOneProcess(sharding, "deepfm_fg_dag", "user_id", {"cate"},
                             R"(, "train_config.gradient_accumulation_steps": 3,
                                "train_config.grad_clipping.clipping_type": "norm",
                                "train_config.grad_clipping.max_gradient": 0.05,
-                               "train_config.dense_optimizer.ema.decay": 0.9)");
+                               "train_config.dense_optimizer.ema.decay": 0.9,
+                               "train_config.grad_scaler.growth_interval": 2)");
   }
 }
 

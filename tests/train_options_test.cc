@@ -17,6 +17,7 @@
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/config/supported_fields.h"
 #include "tzrec/tools/gen_data.h"
+#include "tzrec/modules/fast_linear.h"
 #include "tzrec/optim/dense_ema.h"
 #include "tzrec/optim/dense_optimizer.h"
 #include "tzrec/serving/exported_model.h"
@@ -433,6 +434,110 @@ TEST(Training, FineTuneParamMapRestoresRenamedStates) {
   EXPECT_TZREC_ERROR(TrainAndEvaluate(bad), "map.txt:2: expected '<model state name> <checkpoint state name>'");
 }
 
+// grad_scaler: the loss is scaled and every gradient (dense and table rows) unscaled before
+// any optimizer sees it; with power-of-two scales that is exact, so training equals training
+// without it, and the scale grows after growth_interval finite steps.
+TEST(GradScaler, ScaledStepsEqualUnscaledOnes) {
+  const std::string optimizers =
+      "sparse_optimizer { sgd_optimizer { lr: 0.1 } constant_learning_rate {} } "
+      "dense_optimizer { adam_optimizer { lr: 0.01 } constant_learning_rate {} }";
+  auto scaled = Build(TinyDeepFM(optimizers, "grad_scaler { growth_interval: 2 }"));
+  auto plain = Build(TinyDeepFM(optimizers));
+  Trainer trainer_s(scaled.get(), nullptr), trainer_p(plain.get(), nullptr);
+  const auto start = Snapshot(*scaled);
+  for (int step = 0; step < 3; ++step) {
+    trainer_s.TrainStep(ToBatch(RandomRows(12, 300 + step)), step, 0);
+    trainer_p.TrainStep(ToBatch(RandomRows(12, 300 + step)), step, 0);
+  }
+  EXPECT_TRUE(AnyChanged(start, Snapshot(*scaled)));
+  ExpectClose(Snapshot(*scaled), Snapshot(*plain), 1e-6, "scaled vs plain");
+  EXPECT_EQ(scaled->grad_scaler->scale(), 131072.0f);
+  EXPECT_EQ(scaled->grad_scaler->growth_tracker(), 1);
+  EXPECT_EQ(scaled->sparse_optimizer->step(), plain->sparse_optimizer->step());
+}
+
+// A step whose scaled gradients overflow changes nothing - no dense parameter, table row,
+// optimizer state or step count - and halves the scale; the next finite step applies.
+TEST(GradScaler, AnOverflowSkipsTheWholeStep) {
+  const std::string optimizers =
+      "sparse_optimizer { adagrad_optimizer { lr: 0.1 } constant_learning_rate {} } "
+      "dense_optimizer { adam_optimizer { lr: 0.01 } constant_learning_rate {} }";
+  auto pipeline = Build(TinyDeepFM(optimizers, "grad_scaler { init_scale: 3e38 }"));
+  Trainer trainer(pipeline.get(), nullptr);
+  const auto start = Snapshot(*pipeline);
+  ParsedBatch huge = RandomRows(12, 5);
+  // Rows of +-1e6 (one sign alone may leave every ReLU of the tiny MLP dead): the scaled
+  // gradients of the layers after the first reach ~1e42, past float's range.
+  for (size_t i = 0; i < huge.dense["d"].values.size(); ++i) huge.dense["d"].values[i] = i % 2 ? 1e6f : -1e6f;
+  trainer.TrainStep(ToBatch(std::move(huge)), 0, 0);
+  EXPECT_FALSE(AnyChanged(start, Snapshot(*pipeline)));
+  EXPECT_EQ(pipeline->grad_scaler->scale(), 1.5e38f);
+  EXPECT_EQ(pipeline->sparse_optimizer->step(), 0);
+  pipeline->grad_scaler->SetState(1024.0f, 0, "test");
+  trainer.TrainStep(ToBatch(RandomRows(12, 6)), 1, 0);
+  EXPECT_TRUE(AnyChanged(start, Snapshot(*pipeline)));
+  EXPECT_EQ(pipeline->sparse_optimizer->step(), 1);
+  EXPECT_EQ(pipeline->grad_scaler->growth_tracker(), 1);
+}
+
+// The scale and its streak are saved in train_state.pt, so a continued run ends as an
+// uninterrupted one, scale included (20 steps, growth every 3: 65536 * 2^6, streak 2).
+TEST(GradScaler, StateIsCheckpointedAndResumedExactly) {
+  testing::TempDir dir;
+  const auto [straight, resumed] =
+      StraightAndResumed(dir, SmallConfigWith(dir, "num_steps: 20", "num_steps: 20 grad_scaler { growth_interval: 3 }"));
+  ExpectClose(LoadCheckpointTensors(straight), LoadCheckpointTensors(resumed), 0.0, "resumed");
+  for (const std::string& checkpoint : {straight, resumed}) {
+    const std::string file = JoinPath(checkpoint, "train_state.pt");
+    const auto state = ParseTensorArchive(ReadFileToString(file), file);
+    ASSERT_TRUE(state.count("grad_scaler_scale")) << checkpoint;
+    EXPECT_EQ(state.at("grad_scaler_scale").item<float>(), 65536.0f * 64) << checkpoint;
+    EXPECT_EQ(state.at("grad_scaler_growth_tracker").item<int64_t>(), 2) << checkpoint;
+  }
+}
+
+// mixed_precision BF16 trains (its GEMMs round their inputs: the weights differ from fp32
+// training, but not by much), evaluates, and an export with export_config.mixed_precision
+// records it so predict and serve run in it.
+TEST(MixedPrecision, Bf16TrainsNearFp32AndTheExportKeepsItsPrecision) {
+  if (!NativeBf16GemmAvailable()) {
+    std::printf("[ bf16     ] no AVX512-BF16 here: BF16 training not tested\n");
+    GTEST_SKIP();
+  }
+  testing::TempDir dir;
+  const std::string config = SmallConfigWith(dir, "num_steps: 20", R"(num_steps: 20 mixed_precision: "BF16")");
+  std::string text = ReadFileToString(config);
+  testing::WriteFile(config, text + "\nexport_config { mixed_precision: \"BF16\" }\n");
+  testing::DeterministicRuntime();
+  TrainAndEvaluate(testing::SmallOptions(dir, config, dir.File("bf16")));
+  testing::DeterministicRuntime();
+  auto fp32 = testing::SmallOptions(dir, config, dir.File("fp32"));
+  fp32.edit_config_json = R"({"train_config.mixed_precision": ""})";
+  TrainAndEvaluate(fp32);
+  const auto a = testing::LoadModelFile(ListCheckpoints(dir.File("bf16")).back().path);
+  const auto b = testing::LoadModelFile(ListCheckpoints(dir.File("fp32")).back().path);
+  double max_diff = 0.0;
+  for (const auto& [name, tensor] : a) {
+    EXPECT_TRUE(at::isfinite(tensor).all().item<bool>()) << name;
+    max_diff = std::max(max_diff, (tensor - b.at(name)).abs().max().item<double>());
+  }
+  EXPECT_GT(max_diff, 0.0);
+  EXPECT_LT(max_diff, 0.05);
+  const double auc_bf16 = testing::LastEvalResult(dir.File("bf16"))["auc"].get<double>();
+  const double auc_fp32 = testing::LastEvalResult(dir.File("fp32"))["auc"].get<double>();
+  EXPECT_NEAR(auc_bf16, auc_fp32, 0.02);
+
+  ExportOptions options;
+  options.pipeline_config_path = dir.File("bf16/pipeline.config");
+  options.export_dir = dir.File("export");
+  options.quant_from_environment = false;
+  ExportModel(options);
+  const auto manifest = nlohmann::json::parse(ReadFileToString(JoinPath(dir.File("export"), kExportManifestFile)));
+  EXPECT_EQ(manifest["mixed_precision"], "BF16");
+  EXPECT_EQ(LoadExportedPipeline(dir.File("export"), PipelineMode::kPredict)->model->gemm_precision(),
+            GemmPrecision::kBFloat16);
+}
+
 }  // namespace
 }  // namespace tzrec
 
@@ -440,16 +545,16 @@ namespace tzrec {
 namespace {
 
 // TorchEasyRec's test configs of these options: what they lack is named (the autodis and mlp
-// embeddings of their dense features and FP16 tables, issue 18; mixed precision), never the
-// options themselves. Without the dense-feature embeddings (raw values instead) the sparse +
-// dense gradient clipping and the Adagrad initial-accumulator configs train from gen_data
-// output.
+// embeddings of their dense features and FP16 tables, issue 18), never the options
+// themselves. Without the dense-feature embeddings (raw values instead) the gradient
+// clipping, Adagrad initial-accumulator and FP16 + grad scaler + accumulation configs train
+// from gen_data output.
 TEST(TrainingOptionConfigs, TorchEasyRecsOptionConfigsNameOnlyWhatIsMissingAndTrain) {
   const std::map<std::string, std::set<std::string>> expected = {
       {"multi_tower_din_fg_mock_gradient_clipping.config", {}},
       {"multi_tower_din_fg_mock_adagrad_init_acc.config", {}},
-      {"multi_tower_din_fg_mock_fp16_ga.config", {"train_config.mixed_precision", "train_config.grad_scaler"}},
-      {"multi_tower_din_fg_mock_bf16_emb_fp16.config", {"train_config.mixed_precision", "data_type"}}};
+      {"multi_tower_din_fg_mock_fp16_ga.config", {}},
+      {"multi_tower_din_fg_mock_bf16_emb_fp16.config", {"data_type"}}};
   for (const auto& [name, paths] : expected) {
     std::set<std::string> found;
     bool dense_feature_embeddings = false;
@@ -463,7 +568,8 @@ TEST(TrainingOptionConfigs, TorchEasyRecsOptionConfigsNameOnlyWhatIsMissingAndTr
     EXPECT_TRUE(dense_feature_embeddings) << name;
     EXPECT_EQ(found, paths) << name;
   }
-  for (const char* name : {"multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_fg_mock_adagrad_init_acc.config"}) {
+  for (const char* name : {"multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_fg_mock_adagrad_init_acc.config",
+                           "multi_tower_din_fg_mock_fp16_ga.config"}) {
     SCOPED_TRACE(name);
     testing::TempDir dir;
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));

@@ -35,6 +35,9 @@ const std::vector<std::string>& PipelineFields() {
       "train_config.fine_tune_ckpt_param_map",
       "train_config.gradient_accumulation_steps",
       "train_config.grad_clipping",  // checked by the trainer
+      "train_config.mixed_precision",  // BF16 GEMMs (modules/fast_linear.h)
+      "train_config.grad_scaler.*",
+      "export_config.mixed_precision",
       "train_config.log_step_count_steps",
       "train_config.is_profiling",
       "train_config.keep_checkpoint_max",

@@ -10,6 +10,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/embedding/sharded_lookup.h"
 #include "tzrec/embedding/table_quantization.h"
+#include "tzrec/kernels/cpu_kernels.h"
 
 namespace tzrec {
 
@@ -252,8 +253,22 @@ void EmbeddingCollection::LookupEmpty() {
   if (!sharded.empty()) ShardedLookups(comm_, sharded, /*training=*/false);
 }
 
-void EmbeddingCollection::ApplyDeferredGradients() {
-  for (auto& storage : storages_) ApplyDeferredRowGradients(storage.get());
+void EmbeddingCollection::ApplyDeferredGradients(float factor) {
+  for (auto& storage : storages_) ApplyDeferredRowGradients(storage.get(), factor);
+}
+
+bool EmbeddingCollection::DeferredGradientsFinite() const {
+  for (const auto& storage : storages_) {
+    for (const auto& [rows, grads] : storage->deferred_gradients()) {
+      const at::Tensor g = grads.contiguous();
+      if (FirstNonFinite(g.data_ptr<float>(), g.numel()) >= 0) return false;
+    }
+  }
+  return true;
+}
+
+void EmbeddingCollection::DiscardDeferredGradients() {
+  for (auto& storage : storages_) storage->deferred_gradients().clear();
 }
 
 bool EmbeddingCollection::has_sharded_tables() const {

@@ -100,7 +100,12 @@ class EmbeddingCollection {
   bool has_sharded_tables() const;
   // Gradient accumulation: applies the row gradients this rank's storages kept while the
   // sparse optimizer deferred updates (local: the exchanges already ran in the backwards).
-  void ApplyDeferredGradients();
+  // `factor` multiplies the gradients first (a grad scaler's 1 / scale).
+  void ApplyDeferredGradients(float factor = 1.0f);
+  // Whether every deferred row gradient is finite (a grad scaler's overflow check).
+  bool DeferredGradientsFinite() const;
+  // Forgets the deferred gradients without updating any row (a skipped step).
+  void DiscardDeferredGradients();
 
   // Materialised tables, in registration order; the model-parallel placement of one (null when
   // it is whole here).

@@ -96,6 +96,7 @@ class EmbeddingStorage {
   // Row gradients kept by backwards while the optimizer defers updates (gradient
   // accumulation): (rows int64 [n], summed gradients float [n, dim]) per backward.
   std::vector<std::pair<at::Tensor, at::Tensor>>& deferred_gradients() { return deferred_; }
+  const std::vector<std::pair<at::Tensor, at::Tensor>>& deferred_gradients() const { return deferred_; }
   std::vector<BackwardScratch>& backward_scratch(int64_t parts) {
     if (static_cast<int64_t>(backward_scratch_.size()) < parts) backward_scratch_.resize(parts);
     return backward_scratch_;

@@ -333,7 +333,7 @@ void UpdateRows(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookup
   SelectedKernels().backward_update(storage, lookups, bags, grad, storage->optimizer().step() + 1);
 }
 
-void ApplyDeferredRowGradients(EmbeddingStorage* storage) {
+void ApplyDeferredRowGradients(EmbeddingStorage* storage, float factor) {
   auto& deferred = storage->deferred_gradients();
   if (deferred.empty()) return;
   // Sum the kept gradients per row (first-touch order over the backwards, as one backward
@@ -343,7 +343,7 @@ void ApplyDeferredRowGradients(EmbeddingStorage* storage) {
     const at::Tensor r = row_tensor.contiguous(), g = grad_tensor.contiguous();
     const int64_t* row = r.data_ptr<int64_t>();
     const float* grad = g.data_ptr<float>();
-    for (int64_t i = 0; i < r.numel(); ++i) sum.Add(row[i], grad + i * storage->dim(), 1.0f);
+    for (int64_t i = 0; i < r.numel(); ++i) sum.Add(row[i], grad + i * storage->dim(), factor);
   }
   deferred.clear();
   auto [row_tensor, grad_tensor] = sum.Tensors();

@@ -45,7 +45,7 @@ void UpdateRows(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookup
                 const float* grad);
 // Applies the gradients kept while deferring as one optimizer update per touched row (the
 // sum over the deferred backwards), then forgets them.
-void ApplyDeferredRowGradients(EmbeddingStorage* storage);
+void ApplyDeferredRowGradients(EmbeddingStorage* storage, float factor = 1.0f);
 
 struct LookupTensors {
   at::Tensor values;   // int64 [N]

@@ -107,6 +107,14 @@ struct CpuKernels {
   void (*pooled_forward_int8)(const uint8_t* data, int64_t row_bytes, int dim,
                               const LookupArgs* lookups, int num_lookups, int64_t begin,
                               int64_t end, float* out);
+
+  // out = bfloat16(in), rounded to nearest even (NaN stays NaN): BF16 GEMM inputs.
+  void (*float_to_bf16)(const float* in, uint16_t* out, int64_t n);
+  // A BF16 layer's backward in one pass over `rows` x `cols`: the ReLU-masked gradient (y
+  // null: unmasked) rounded to bfloat16 into out_bf16 (its GEMMs' input), and added per
+  // column into column_sums (its bias gradient).
+  void (*relu_mask_bf16)(const float* y, const float* grad, uint16_t* out_bf16, int64_t rows,
+                         int64_t cols, float* column_sums);
 };
 
 // IEEE half-precision bits -> float, exactly (no F16C needed).

@@ -25,6 +25,7 @@
 #include "tzrec/embedding/embedding_group.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/heads/task_head.h"
+#include "tzrec/modules/fast_linear.h"
 #include "tzrec/modules/sequence_encoder.h"
 #include "tzrec/protos/model.pb.h"
 
@@ -100,6 +101,10 @@ class Model : public torch::nn::Module {
   // the batch dimension ({} for [B], {D} for [B, D], {K, D} for MIND's interests), by name.
   std::map<std::string, std::vector<int64_t>> OutputShapes() const;
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
+  // Precision of the dense GEMMs (train_config.mixed_precision; an export's own): whoever
+  // calls Predict holds a ScopedGemmPrecision(gemm_precision()) around it and the backward.
+  GemmPrecision gemm_precision() const { return gemm_precision_; }
+  void set_gemm_precision(GemmPrecision precision) { gemm_precision_ = precision; }
 
  protected:
   // Losses of the model itself beyond its tasks' (DAT's amm_loss_u / amm_loss_i), from
@@ -160,6 +165,7 @@ class Model : public torch::nn::Module {
   std::vector<std::unique_ptr<TaskHead>> heads_;
   std::string tower_;
   std::string built_tower_;  // ModelContext::tower
+  GemmPrecision gemm_precision_ = GemmPrecision::kFloat32;
 };
 
 // The TaskTower fields a multi-task model's registration honours (read by its task heads), as

@@ -6,18 +6,25 @@
 #include <ATen/ops/linear.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/sum.h>
-#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
 
 #include "tzrec/common/error.h"
+#include "tzrec/common/logging.h"
 #include "tzrec/kernels/cpu_kernels.h"
 
 namespace tzrec {
 namespace {
+
+thread_local GemmPrecision t_gemm_precision = GemmPrecision::kFloat32;
 
 // Row-major C[M,N] = op(A) op(B) (+ C when accumulate).
 void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const float* a,
@@ -27,27 +34,98 @@ void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const fl
   TZREC_CHECK(status == dnnl_success, "dnnl_sgemm failed with status ", status);
 }
 
+// Row-major C[M,N] (fp32) = op(A) op(B) [+ bias[N]] [then ReLU] with A and B bfloat16 (trans:
+// the operand is stored transposed, as for sgemm), on oneDNN's matmul primitive; bias and
+// ReLU run inside the GEMM's tiles, saving a pass over C. Primitives are made once per shape
+// and kept (making one costs more than running a small one); oneDNN primitives may execute
+// on several threads at once.
+void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const at::BFloat16* a,
+              const at::BFloat16* b, float* c, const float* bias = nullptr, bool relu = false) {
+  using dnnl::memory;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, bool>;
+  static std::mutex mutex;
+  static std::map<Key, dnnl::matmul>* primitives = new std::map<Key, dnnl::matmul>();
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  const memory::desc a_desc({m, k}, memory::data_type::bf16,
+                            trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  const memory::desc b_desc({k, n}, memory::data_type::bf16,
+                            trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{n, 1});
+  const memory::desc bias_desc({1, n}, memory::data_type::f32, memory::dims{n, 1});
+  dnnl::matmul primitive;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const Key key{trans_a, trans_b, m, n, k, bias != nullptr, relu};
+    auto it = primitives->find(key);
+    if (it == primitives->end()) {
+      dnnl::primitive_attr attr;
+      if (relu) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a_desc, b_desc, bias_desc, c_desc)
+                                           : dnnl::matmul::desc(a_desc, b_desc, c_desc);
+      it = primitives->emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, *engine))).first;
+    }
+    primitive = it->second;
+  }
+  dnnl::stream stream(*engine);
+  memory a_mem(a_desc, *engine, const_cast<at::BFloat16*>(a));
+  memory b_mem(b_desc, *engine, const_cast<at::BFloat16*>(b));
+  memory c_mem(c_desc, *engine, c);
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc, *engine, const_cast<float*>(bias)));
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+// x rounded to bfloat16, in parallel (a batch's activations are megabytes).
+at::Tensor ToBf16(const at::Tensor& x) {
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+  const float* in = x.data_ptr<float>();
+  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const CpuKernels& kernels = ActiveCpuKernels();
+  at::parallel_for(0, x.numel(), 65536, [&](int64_t begin, int64_t end) {
+    kernels.float_to_bf16(in + begin, o + begin, end - begin);
+  });
+  return out;
+}
+
 struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor weight,
                             c10::optional<at::Tensor> maybe_bias, bool relu) {
     // Optional because autograd cannot take an undefined tensor as an input.
     at::Tensor bias = maybe_bias.has_value() ? *maybe_bias : at::Tensor();
     const int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
+    const bool bf16 = t_gemm_precision == GemmPrecision::kBFloat16;
     at::Tensor y = at::empty({batch, out}, x.options());
     float* yp = y.data_ptr<float>();
-    if (batch > 0) {
-      Sgemm('N', 'T', batch, out, in, x.data_ptr<float>(), in, weight.data_ptr<float>(), in, yp,
-            out);
-    }
+    // BF16: the rounded copies are what the backward's GEMMs need too, and half the size.
+    at::Tensor x_saved = bf16 ? ToBf16(x) : x;
+    at::Tensor w_saved = bf16 ? ToBf16(weight) : weight;
     const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
-    if (bp || relu) {
-      const CpuKernels& kernels = ActiveCpuKernels();
-      at::parallel_for(0, batch, 256, [&](int64_t begin, int64_t end) {
-        kernels.add_bias_relu(yp + begin * out, bp, end - begin, out, relu);
-      });
+    if (bf16) {
+      if (batch > 0) {
+        Bf16Gemm(false, true, batch, out, in, x_saved.data_ptr<at::BFloat16>(),
+                 w_saved.data_ptr<at::BFloat16>(), yp, bp, relu);
+      }
+    } else {
+      if (batch > 0) {
+        Sgemm('N', 'T', batch, out, in, x.data_ptr<float>(), in, weight.data_ptr<float>(), in, yp,
+              out);
+      }
+      if (bp || relu) {
+        const CpuKernels& kernels = ActiveCpuKernels();
+        at::parallel_for(0, batch, 256, [&](int64_t begin, int64_t end) {
+          kernels.add_bias_relu(yp + begin * out, bp, end - begin, out, relu);
+        });
+      }
     }
-    ctx->save_for_backward({x, weight, relu ? y : at::Tensor()});
+    ctx->save_for_backward({x_saved, w_saved, relu ? y : at::Tensor()});
     ctx->saved_data["relu"] = relu;
+    ctx->saved_data["bf16"] = bf16;
     ctx->saved_data["has_bias"] = bias.defined();
     return y;
   }
@@ -57,15 +135,37 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
     auto saved = ctx->get_saved_variables();
     at::Tensor x = saved[0], weight = saved[1], y = saved[2];
     const bool relu = ctx->saved_data["relu"].toBool();
+    const bool bf16 = ctx->saved_data["bf16"].toBool();
     const int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
     at::Tensor dz = grads[0].contiguous();
-    if (relu) {
+    const CpuKernels& kernels = ActiveCpuKernels();
+    at::Tensor dz_bf16, bias_grad;
+    if (bf16) {
+      // One pass: the masked gradient rounded for the GEMMs, and its column sums (the bias
+      // gradient) from per-chunk partial sums, added in chunk order.
+      dz_bf16 = at::empty(dz.sizes(), dz.options().dtype(at::kBFloat16));
+      const float* g = dz.data_ptr<float>();
+      const float* yp = relu ? y.data_ptr<float>() : nullptr;
+      auto* mb = reinterpret_cast<uint16_t*>(dz_bf16.data_ptr<at::BFloat16>());
+      constexpr int64_t kChunkRows = 256;
+      const int64_t chunks = std::max<int64_t>(1, (batch + kChunkRows - 1) / kChunkRows);
+      at::Tensor partial = at::zeros({chunks, out}, dz.options());
+      float* pp = partial.data_ptr<float>();
+      at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          const int64_t row = c * kChunkRows, rows = std::min(kChunkRows, batch - row);
+          if (rows <= 0) continue;
+          kernels.relu_mask_bf16(yp ? yp + row * out : nullptr, g + row * out, mb + row * out,
+                                 rows, out, pp + c * out);
+        }
+      });
+      bias_grad = partial.sum(0);
+    } else if (relu) {
       // dz = dy * (y > 0), written into a fresh buffer (grads may be shared).
       at::Tensor masked = at::empty_like(dz);
       const float* g = dz.data_ptr<float>();
       const float* yp = y.data_ptr<float>();
       float* m = masked.data_ptr<float>();
-      const CpuKernels& kernels = ActiveCpuKernels();
       at::parallel_for(0, batch * out, 65536, [&](int64_t begin, int64_t end) {
         kernels.relu_mask(yp + begin, g + begin, m + begin, end - begin);
       });
@@ -73,31 +173,76 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
     }
     at::Tensor dx, dw, db;
     if (ctx->needs_input_grad(0)) {
-      dx = at::empty({batch, in}, x.options());
-      if (batch > 0) {
+      dx = at::empty({batch, in}, dz.options());
+      if (batch == 0) {
+        dx.zero_();
+      } else if (bf16) {
+        Bf16Gemm(false, false, batch, in, out, dz_bf16.data_ptr<at::BFloat16>(),
+                 weight.data_ptr<at::BFloat16>(), dx.data_ptr<float>());
+      } else {
         Sgemm('N', 'N', batch, in, out, dz.data_ptr<float>(), out, weight.data_ptr<float>(), in,
               dx.data_ptr<float>(), in);
-      } else {
-        dx.zero_();
       }
     }
     if (ctx->needs_input_grad(1)) {
-      dw = at::empty({out, in}, weight.options());
-      if (batch > 0) {
+      dw = at::empty({out, in}, dz.options());
+      if (batch == 0) {
+        dw.zero_();
+      } else if (bf16) {
+        Bf16Gemm(true, false, out, in, batch, dz_bf16.data_ptr<at::BFloat16>(),
+                 x.data_ptr<at::BFloat16>(), dw.data_ptr<float>());
+      } else {
         Sgemm('T', 'N', out, in, batch, dz.data_ptr<float>(), out, x.data_ptr<float>(), in,
               dw.data_ptr<float>(), in);
-      } else {
-        dw.zero_();
       }
     }
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      db = at::sum(dz, {0});
+      db = bf16 ? bias_grad : at::sum(dz, {0});
     }
     return {dx, dw, db, at::Tensor()};
   }
 };
 
 }  // namespace
+
+GemmPrecision CurrentGemmPrecision() { return t_gemm_precision; }
+
+ScopedGemmPrecision::ScopedGemmPrecision(GemmPrecision precision) : previous_(t_gemm_precision) {
+  t_gemm_precision = precision;
+}
+
+ScopedGemmPrecision::~ScopedGemmPrecision() { t_gemm_precision = previous_; }
+
+bool NativeBf16GemmAvailable() {
+  static const bool available = [] {
+    const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  }();
+  return available;
+}
+
+GemmPrecision GemmPrecisionFor(const std::string& mixed_precision, const std::string& field) {
+  if (mixed_precision.empty()) return GemmPrecision::kFloat32;
+  if (mixed_precision == "BF16") {
+    if (NativeBf16GemmAvailable()) return GemmPrecision::kBFloat16;
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      LOG_WARNING << field << ": BF16 runs in fp32 here: this CPU has no AVX512-BF16 for "
+                  << "oneDNN's BF16 GEMMs (emulated ones would be slower than fp32)";
+    });
+    return GemmPrecision::kFloat32;
+  }
+  if (mixed_precision == "FP16") {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      LOG_WARNING << field << ": FP16 runs in fp32 here: oneDNN 2.6 has no FP16 GEMM for CPUs "
+                  << "(BF16 is the CPU's half-precision format)";
+    });
+    return GemmPrecision::kFloat32;
+  }
+  Fail(field, ": unknown value '", mixed_precision, "' (expected \"BF16\", \"FP16\" or empty)");
+}
 
 bool FastLinearEnabled() {
   static const bool enabled = [] {

@@ -6,11 +6,46 @@
 // ReLU applied in one pass; backward reuses y for the ReLU mask and runs the two gradient
 // GEMMs on oneDNN too. Falls back to plain ATen ops for anything but contiguous fp32 CPU
 // tensors. Checked against torch::nn::Linear and by finite differences in tests.
+//
+// Mixed precision (train_config.mixed_precision: BF16): while a thread's GemmPrecision is
+// kBFloat16, the three GEMMs take bfloat16 inputs (x, W and the output gradient rounded to
+// nearest even) and accumulate and write fp32 on oneDNN's AVX512-BF16 kernels, about twice
+// the fp32 rate; the weights, bias, ReLU and every gradient stay fp32. The precision is read
+// in forward and kept for that call's backward, so a backward run elsewhere matches it.
+// Thread-safety: FastLinear may run on several threads at once; the precision is per thread.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 namespace tzrec {
+
+enum class GemmPrecision { kFloat32, kBFloat16 };
+
+// The precision FastLinear uses on this thread (kFloat32 unless a ScopedGemmPrecision is live).
+GemmPrecision CurrentGemmPrecision();
+
+// Sets this thread's GEMM precision for its lifetime (a model's forward and backward).
+class ScopedGemmPrecision {
+ public:
+  explicit ScopedGemmPrecision(GemmPrecision precision);
+  ~ScopedGemmPrecision();
+  ScopedGemmPrecision(const ScopedGemmPrecision&) = delete;
+  ScopedGemmPrecision& operator=(const ScopedGemmPrecision&) = delete;
+
+ private:
+  GemmPrecision previous_;
+};
+
+// Whether oneDNN runs BF16 GEMMs natively on this CPU (AVX512-BF16 or AMX); without it they
+// would be emulated, slower than fp32.
+bool NativeBf16GemmAvailable();
+
+// The GEMM precision of a config's mixed_precision value ("" / "BF16" / "FP16"; anything else
+// is an error naming `field`). BF16 without native support, and FP16 (oneDNN 2.6 has no CPU
+// FP16 GEMM), run in fp32 with one warning line per process saying so.
+GemmPrecision GemmPrecisionFor(const std::string& mixed_precision, const std::string& field);
 
 // x [B, in], weight [out, in], bias [out] or undefined. Returns [B, out].
 at::Tensor FastLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

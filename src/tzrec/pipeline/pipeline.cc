@@ -86,6 +86,10 @@ void BuildModel(Pipeline* p, DistContext* dist) {
   const bool training = p->mode == PipelineMode::kTrain;
   if (training && !p->tower.empty()) Fail("a model is trained whole, not as its tower '", p->tower, "'");
   p->model = CreateModel(ModelContextOf(*p));
+  // Train, eval and predict from a checkpoint run as trained (TorchEasyRec: autocast around
+  // predict + loss in each); an export sets its own (export_config.mixed_precision).
+  p->model->set_gemm_precision(
+      GemmPrecisionFor(p->config.train_config().mixed_precision(), "train_config.mixed_precision"));
 
   EmbeddingCollection::MaterializeOptions tables;
   const int world = dist ? dist->world_size() : 1;
@@ -163,6 +167,9 @@ void BuildModel(Pipeline* p, DistContext* dist) {
       }
       p->dense_ema = std::make_unique<DenseEma>(std::move(params), dense.ema().decay(),
                                                 "train_config.dense_optimizer.ema");
+    }
+    if (p->config.train_config().has_grad_scaler()) {
+      p->grad_scaler = std::make_unique<GradScaler>(p->config.train_config().grad_scaler());
     }
   }
 }

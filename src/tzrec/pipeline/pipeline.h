@@ -20,6 +20,7 @@
 #include "tzrec/dist/sharding_plan.h"
 #include "tzrec/embedding/sparse_optimizer.h"
 #include "tzrec/optim/dense_ema.h"
+#include "tzrec/optim/grad_scaler.h"
 #include "tzrec/features/feature.h"
 #include "tzrec/fg/feature_generator.h"
 #include "tzrec/input/dataset.h"
@@ -69,6 +70,8 @@ struct Pipeline {
   std::vector<PartOptimizer> part_optimizers;
   // dense_optimizer.ema, when configured.
   std::unique_ptr<DenseEma> dense_ema;
+  // train_config.grad_scaler, when configured.
+  std::unique_ptr<GradScaler> grad_scaler;
   std::unique_ptr<LearningRateSchedule> sparse_lr;
   std::unique_ptr<LearningRateSchedule> dense_lr;
   double sparse_base_lr = 0.0;

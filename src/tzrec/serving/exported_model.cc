@@ -259,6 +259,8 @@ struct ExportSettings {
   Json acc;
   std::vector<std::pair<std::string, std::string>> extra_files;  // name, content
   bool write_scripted_model = true;
+  // export_config.mixed_precision: the precision predict and serve run the export's GEMMs in.
+  std::string mixed_precision;
 };
 
 // The model of `config` restored from the checkpoint (its tower alone when `tower` is set).
@@ -376,6 +378,7 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
   manifest["pipeline_config"] = "pipeline.config";
   if (config.data_config().fg_mode() != protos::FG_NONE) manifest["fg_json"] = "fg.json";
   manifest["fg_mode"] = protos::FgMode_Name(config.data_config().fg_mode());
+  manifest["mixed_precision"] = settings.mixed_precision;
   manifest["quantization"] = {{"QUANT_EMB", TableDtypeName(settings.pooled_dtype)},
                               {"QUANT_EC_EMB", TableDtypeName(settings.sequence_dtype)},
                               {"int8_layout", "rowwise: uint8[dim], fp16 scale, fp16 bias"}};
@@ -469,6 +472,15 @@ std::string ExportModel(const ExportOptions& options) {
     settings.extra_files.emplace_back(BaseName(file), ReadFileToString(file));
   }
   settings.write_scripted_model = options.write_scripted_model;
+  // As TorchEasyRec: the export's own setting counts, not training's (a difference is logged).
+  settings.mixed_precision = config.export_config().mixed_precision();
+  GemmPrecisionFor(settings.mixed_precision, "export_config.mixed_precision");  // validates
+  if (settings.mixed_precision != config.train_config().mixed_precision()) {
+    LOG_WARNING << "export_config.mixed_precision '" << settings.mixed_precision
+                << "' differs from train_config.mixed_precision '"
+                << config.train_config().mixed_precision() << "'; the export uses '"
+                << settings.mixed_precision << "'";
+  }
   settings.checkpoint = ChooseExportCheckpoint(config, options.checkpoint_path);
   settings.step = LatestCheckpoint(settings.checkpoint)->step;
 
@@ -577,6 +589,8 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
                                              [&](const std::string& what) {
                                                Fail("export '", export_dir, "' has no ", what);
                                              });
+  model.set_gemm_precision(GemmPrecisionFor(
+      manifest.value("mixed_precision", ""), JoinPath(export_dir, kExportManifestFile) + ": mixed_precision"));
   model.eval();
   LOG_INFO << "loaded export " << export_dir << " (" << manifest.value("model", "")
            << (pipeline->tower.empty() ? "" : " " + pipeline->tower + " tower") << ", step "

@@ -435,6 +435,7 @@ int64_t Predict(const PredictOptions& options) {
   try {
     PartWriter writer(staged_path, parquet, outputs, shapes, written_reserved);
     c10::NoGradGuard no_grad;
+    ScopedGemmPrecision precision(model.gemm_precision());
     BatchStream stream(*dataset, 0);
     Batch batch;
     int64_t steps = 0;

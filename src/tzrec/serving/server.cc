@@ -112,6 +112,7 @@ std::shared_ptr<LoadedModel> LoadModel(const std::string& dir, const std::string
   // Warm-up before the version serves: one forward on a few synthetic rows, so that its first
   // requests do not pay for one-time allocations and kernel setup.
   c10::NoGradGuard no_grad;
+  ScopedGemmPrecision precision(model->pipeline->model->gemm_precision());
   model->pipeline->model->Predict(SyntheticBatch(model->pipeline->FeaturePointers(), 8, 1));
   return model;
 }
@@ -394,7 +395,9 @@ struct Server::Impl {
       ParsedBatch combined = std::move(jobs[0]->parsed);
       for (size_t i = 1; i < jobs.size(); ++i) combined.Append(jobs[i]->parsed);
       const int64_t size = combined.size;
-      Predictions predictions = jobs.front()->model->pipeline->model->Predict(ToBatch(std::move(combined)));
+      Model& model = *jobs.front()->model->pipeline->model;
+      ScopedGemmPrecision precision(model.gemm_precision());
+      Predictions predictions = model.Predict(ToBatch(std::move(combined)));
       int64_t begin = 0;
       for (const auto& job : jobs) {
         const int64_t n = job->parsed.size;

@@ -208,6 +208,7 @@ class BeamSearch {
       }
       const std::vector<int64_t> user_rows(rows.begin() + begin, rows.begin() + end);
       Batch batch = ToBatch(pairs_->Pair(users, user_rows, node_features_.TakeRows(item_rows)));
+      ScopedGemmPrecision precision(model_->gemm_precision());
       const Predictions predictions = model_->Predict(batch);
       auto it = predictions.find(prob_name_);
       if (it == predictions.end()) Fail("the model has no output '", prob_name_, "' (tdm_retrieval ranks by it)");

@@ -227,12 +227,17 @@ std::string SaveCheckpoint(const std::string& model_dir, int64_t step, const Tra
     {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
-      files.Tensors("train_state.pt",
-                    {{"rng_state", gen.get_state()},
-                     {"sparse_optimizer_step",
-                      at::scalar_tensor(state.sparse_optimizer ? state.sparse_optimizer->step() : 0,
-                                        at::TensorOptions().dtype(at::kLong))}},
-                    step);
+      std::map<std::string, at::Tensor> train_state = {
+          {"rng_state", gen.get_state()},
+          {"sparse_optimizer_step",
+           at::scalar_tensor(state.sparse_optimizer ? state.sparse_optimizer->step() : 0,
+                             at::TensorOptions().dtype(at::kLong))}};
+      if (state.grad_scaler) {
+        train_state["grad_scaler_scale"] = at::scalar_tensor(state.grad_scaler->scale(), at::kFloat);
+        train_state["grad_scaler_growth_tracker"] =
+            at::scalar_tensor(state.grad_scaler->growth_tracker(), at::TensorOptions().dtype(at::kLong));
+      }
+      files.Tensors("train_state.pt", train_state, step);
     }
     if (state.sharding_plan_json) files.Bytes("plan.json", *state.sharding_plan_json);
     if (state.dataloader_state) files.Bytes(DataloaderState::kFileName, state.dataloader_state->ToJson());
@@ -546,6 +551,22 @@ void RestoreCheckpoint(const std::string& checkpoint_path, const TrainingState& 
         Fail("'", state_file, "': sparse_optimizer_step must be one non-negative int64");
       }
       state.sparse_optimizer->set_step(step->second.item<int64_t>());
+    }
+    if (state.grad_scaler && options.restore_optimizer) {
+      auto scale = train_state.find("grad_scaler_scale");
+      auto tracker = train_state.find("grad_scaler_growth_tracker");
+      if (scale == train_state.end() || tracker == train_state.end()) {
+        LOG_WARNING << "'" << state_file << "' has no grad scaler state (saved without "
+                    << "train_config.grad_scaler); the scale starts at init_scale "
+                    << state.grad_scaler->scale();
+      } else {
+        if (scale->second.numel() != 1 || tracker->second.numel() != 1 ||
+            tracker->second.scalar_type() != at::kLong) {
+          Fail("'", state_file, "': grad_scaler_scale / grad_scaler_growth_tracker must be one value each");
+        }
+        state.grad_scaler->SetState(scale->second.item<float>(), tracker->second.item<int64_t>(),
+                                    "'" + state_file + "'");
+      }
     }
   }
 }

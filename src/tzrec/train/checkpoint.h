@@ -28,6 +28,7 @@
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/models/model.h"
 #include "tzrec/optim/dense_ema.h"
+#include "tzrec/optim/grad_scaler.h"
 
 namespace tzrec {
 
@@ -47,6 +48,8 @@ struct TrainingState {
   torch::optim::Optimizer* dense_optimizer = nullptr;
   // dense_optimizer.ema (training with ema only).
   DenseEma* dense_ema = nullptr;
+  // train_config.grad_scaler (training with it only): its scale and streak go in train_state.pt.
+  GradScaler* grad_scaler = nullptr;
   // dense_optimizer.part_optimizers in use: (index in the config, optimizer).
   std::vector<std::pair<int, torch::optim::Optimizer*>> part_optimizers;
   // Saved as dataloader_state.json when set (train only).

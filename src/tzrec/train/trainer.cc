@@ -145,7 +145,11 @@ Trainer::Trainer(Pipeline* pipeline, DistContext* dist)
     : pipeline_(pipeline), dist_(dist), dense_params_(pipeline->model->parameters()) {
   const auto& train = pipeline->config.train_config();
   accumulation_steps_ = std::max<int64_t>(1, train.gradient_accumulation_steps());
-  if (pipeline->sparse_optimizer) pipeline->sparse_optimizer->set_defer_updates(accumulation_steps_ > 1);
+  // Table rows wait for the step's end while gradients accumulate, and with a grad scaler
+  // (a step with an overflow must leave every row untouched).
+  if (pipeline->sparse_optimizer) {
+    pipeline->sparse_optimizer->set_defer_updates(accumulation_steps_ > 1 || pipeline->grad_scaler);
+  }
   if (train.has_grad_clipping()) {
     const auto& clip = train.grad_clipping();
     std::string type = clip.clipping_type();
@@ -201,6 +205,8 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
     phase_ms_[phase++].second += std::chrono::duration<double, std::milli>(now - last).count();
     last = now;
   };
+  // mixed_precision: the model's GEMMs (forward here, backward below) in its precision.
+  ScopedGemmPrecision precision(model.gemm_precision());
   // Scopes named for profiles (is_profiling): the custom autograd functions inside are
   // otherwise invisible in the forward.
   Predictions predictions;
@@ -220,8 +226,10 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   }
   {
     RECORD_USER_SCOPE("tzrec::backward");
-    if (accumulation_steps_ > 1) {
-      (total / static_cast<double>(accumulation_steps_)).backward();
+    const double factor = (pipeline_->grad_scaler ? pipeline_->grad_scaler->scale() : 1.0) /
+                          static_cast<double>(accumulation_steps_);
+    if (factor != 1.0) {
+      (total * factor).backward();
     } else {
       total.backward();
     }
@@ -245,6 +253,35 @@ void Trainer::ApplyAccumulatedGradients(int64_t step) {
   if (accumulated_ == 0) return;
   accumulated_ = 0;
   if (dist_ && dist_->distributed()) AllReduceDenseGradients(*dist_->pg, dense_params_);
+  EmbeddingCollection& tables = pipeline_->model->embedding_collection();
+  float unscale = 1.0f;
+  if (GradScaler* scaler = pipeline_->grad_scaler.get()) {
+    // torch's GradScaler.step: unscale, and skip the whole step (here the table rows too) when
+    // anything overflowed; every rank decides alike.
+    unscale = 1.0f / scaler->scale();
+    bool finite = tables.DeferredGradientsFinite();
+    {
+      c10::NoGradGuard no_grad;
+      for (auto& p : dense_params_) {
+        if (!p.grad().defined()) continue;
+        p.mutable_grad().mul_(unscale);
+        finite = finite && AllFinite(p.grad());
+      }
+    }
+    if (dist_ && dist_->distributed()) {
+      std::vector<at::Tensor> overflowed = {at::full({1}, finite ? 0.0f : 1.0f)};
+      dist_->pg->AllReduceSum(overflowed);
+      finite = overflowed[0].item<float>() == 0.0f;
+    }
+    scaler->Update(finite);
+    if (!finite) {
+      tables.DiscardDeferredGradients();
+      for (auto& p : dense_params_) p.mutable_grad().reset();
+      LOG_WARNING << "step " << step << ": non-finite gradients at loss scale " << 1.0f / unscale
+                  << "; step skipped, grad scaler scale now " << scaler->scale();
+      return;
+    }
+  }
   CheckFiniteGradients(step);
   ClipGradients();
   {
@@ -254,7 +291,7 @@ void Trainer::ApplyAccumulatedGradients(int64_t step) {
   }
   // Table rows were updated inside the backwards (or wait in their storages while
   // accumulating); this advances Adam's step count after them.
-  if (accumulation_steps_ > 1) pipeline_->model->embedding_collection().ApplyDeferredGradients();
+  if (pipeline_->sparse_optimizer->defers_updates()) tables.ApplyDeferredGradients(unscale);
   pipeline_->sparse_optimizer->FinishStep();
   if (pipeline_->dense_ema) pipeline_->dense_ema->Update();
 }
@@ -370,6 +407,7 @@ std::map<std::string, double> Trainer::Evaluate(const Dataset& dataset, int64_t 
                        StrCat(" model-", global_step);
   // Model-parallel tables make every lookup a collective: ranks step together.
   const bool lockstep = dist_ && dist_->distributed() && model.embedding_collection().has_sharded_tables();
+  ScopedGemmPrecision precision(model.gemm_precision());
   while (true) {
     bool has_batch = (max_steps == 0 || steps < max_steps) && stream.Next(&batch);
     if (lockstep) {
@@ -438,6 +476,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   auto training_state = [&]() {
     TrainingState state{pipeline->model.get(), pipeline->sparse_optimizer.get(),
                         pipeline->dense_optimizer.get(), pipeline->dense_ema.get()};
+    state.grad_scaler = pipeline->grad_scaler.get();
     for (auto& part : pipeline->part_optimizers) state.part_optimizers.emplace_back(part.index, part.optimizer.get());
     return state;
   };
