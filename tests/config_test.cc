@@ -151,7 +151,9 @@ TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
                            "multi_tower_din_mock.config", "dbmtl_has_sequence_mock.config", "dssm_taobao.config",
                            "dssm_mock.config", "dssm_v2_taobao.config", "dssm_fg_mock.config",
                            "dssm_fg_hard_negative_mock.config", "dssm_v2_fg_mock.config", "dat_mock.config",
-                           "mind_mock.config", "mind_taobao.config", "tdm_fg_mock.config", "tdm_taobao.config"}) {
+                           "mind_mock.config", "mind_taobao.config", "tdm_fg_mock.config", "tdm_taobao.config",
+                           "dssm_v2_mlpemb_fg_mock.config", "multi_tower_din_fg_mock_fp16_ga.config",
+                           "multi_tower_din_fg_mock_gradient_clipping.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     auto unsupported = FindUnsupportedFields(config);
     EXPECT_TRUE(unsupported.empty()) << name << ": " << (unsupported.empty() ? "" : unsupported[0].path);

@@ -402,6 +402,10 @@ TEST(MatchMock, DSSMWithHardNegativesTrainsAboveChance) {
 TEST(MatchMock, DSSMV2WithFgTrainsAboveChance) {
   TrainsAboveChance("dssm_v2_fg_mock.config", "negative_sampler", TokenizerEdit());
 }
+// Its raw features embedded by mlp (the sequence ones stay raw, as in TorchEasyRec).
+TEST(MatchMock, DSSMV2WithMlpEmbeddingsTrainsAboveChance) {
+  TrainsAboveChance("dssm_v2_mlpemb_fg_mock.config", "negative_sampler", TokenizerEdit());
+}
 
 }  // namespace
 }  // namespace tzrec

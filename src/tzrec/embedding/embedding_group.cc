@@ -114,7 +114,7 @@ EmbeddingGroup::EmbeddingGroup(
         member.table = table_name;
       } else {
         if (wide) Fail(where, ": WIDE groups take sparse features only, '", feature_name, "' is dense");
-        member.dim = feature->value_dim();
+        AddDenseMember(&member, options);
       }
       members.push_back(member);
     }
@@ -156,6 +156,7 @@ void EmbeddingGroup::AddSequenceGroup(EmbeddingCollection* collection,
     Member member;
     member.feature = feature;
     member.dim = feature->output_dim();
+    if (!feature->is_sparse()) AddDenseMember(&member, options);
     if (feature->is_sparse()) {
       const std::string table_name = options.table_prefix + feature->embedding_name() + suffix + kSequenceTableSuffix;
       const int table = collection->AddTable(table_name, feature->num_embeddings(), feature->embedding_dim(),
@@ -226,8 +227,22 @@ const std::vector<std::string>& EmbeddingGroup::NestedSequenceGroups(const std::
   return it == nested_.end() ? kNone : it->second;
 }
 
+void EmbeddingGroup::AddDenseMember(Member* member, const Options& options) {
+  const Feature& feature = *member->feature;
+  member->dim = feature.output_dim();
+  if (feature.dense_embedding().kind == DenseEmbeddingSpec::Kind::kNone) return;
+  TZREC_CHECK(options.dense_embeddings, "no module for the dense embedding of ", feature.name());
+  dense_embeddings_ = options.dense_embeddings;
+  member->dense_key = dense_embeddings_->Add(options.table_prefix + feature.name(), feature);
+}
+
+at::Tensor EmbeddingGroup::DenseInput(const Member& member, const at::Tensor& values) const {
+  if (member.dense_key.empty()) return values;
+  return dense_embeddings_->Forward(member.dense_key, values);
+}
+
 at::Tensor EmbeddingGroup::ConcatPooled(const std::vector<Member>& members, const LookupOutputs& lookups,
-                                        const Batch& batch) {
+                                        const Batch& batch) const {
   // Neighbouring features that are neighbours in a storage output become one slice: every
   // slice costs a full-size gradient buffer in backward, so fewer slices is much faster.
   std::vector<at::Tensor> parts;
@@ -254,7 +269,7 @@ at::Tensor EmbeddingGroup::ConcatPooled(const std::vector<Member>& members, cons
       run_end = k + 1;
     } else {
       flush();
-      parts.push_back(batch.Dense(m.feature->name(), m.feature->data_group()));
+      parts.push_back(DenseInput(m, batch.Dense(m.feature->name(), m.feature->data_group())));
     }
   }
   flush();
@@ -402,15 +417,19 @@ namespace {
 
 // One member's input as TorchScript: a pooled lookup, a sequence feature's steps ([S, D]), or
 // a dense feature's values.
-std::string ScriptMember(ScriptWriter& w, const Feature* feature, int lookup, int dim, const std::string& table,
-                         const StoredTables& tables) {
+std::string ScriptMember(ScriptWriter& w, const Feature* feature, int lookup, const std::string& table,
+                         const StoredTables& tables, const DenseEmbeddingsImpl* dense,
+                         const std::string& dense_key) {
   // A feature of another data group (an item feature a negative sampler also fills) holds just
   // the request's rows at inference, where no sampler runs: an input like any other.
   if (lookup >= 0) return ScriptPooledLookup(w, feature, table, tables, feature->is_sequence());
   const std::string& f = feature->name();
-  return w.Once("dense:" + f, [&]() {
-    return w.Let(f + "_dense", w.Input(f + ".values") + ".to(6).reshape([-1, " + std::to_string(dim) + "])");
+  const std::string values = w.Once("dense:" + f, [&]() {
+    return w.Let(f + "_dense", w.Input(f + ".values") + ".to(6).reshape([-1, " +
+                                   std::to_string(feature->value_dim()) + "])");
   });
+  if (dense_key.empty()) return values;
+  return w.Once("dense_embedding:" + dense_key, [&]() { return dense->Script(w, dense_key, values); });
 }
 
 std::string ScriptConcat(ScriptWriter& w, const std::vector<std::string>& parts, const std::string& hint, int dim) {
@@ -428,7 +447,7 @@ std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const
     auto members = groups_.find(name);
     if (members == groups_.end()) continue;  // a SEQUENCE group (below)
     std::vector<std::string> parts;
-    for (const Member& m : members->second) parts.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
+    for (const Member& m : members->second) parts.push_back(ScriptMember(w, m.feature, m.lookup, m.table, tables, dense_embeddings_, m.dense_key));
     if (!parts.empty()) out[name] = ScriptConcat(w, parts, name + "_input", 1);
   }
   for (const std::string& name : sequence_order_) {
@@ -436,7 +455,7 @@ std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const
     if (group.jagged) ScriptWriter::Unsupported("JAGGED_SEQUENCE group '" + name + "'");
     if (group.sequence.empty()) {  // query_only_sequence_groups
       std::vector<std::string> query;
-      for (const Member& m : group.query) query.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
+      for (const Member& m : group.query) query.push_back(ScriptMember(w, m.feature, m.lookup, m.table, tables, dense_embeddings_, m.dense_key));
       if (query.empty()) ScriptWriter::Unsupported("sequence group '" + name + "' without features");
       out[name + ".query"] = ScriptConcat(w, query, name + "_query", 1);
       continue;
@@ -449,7 +468,7 @@ std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const
       lengths.push_back(w.Once("step_lengths:" + f, [&]() {
         return w.Let(f + "_step_lengths", w.Input(f + ".lengths") + ".to(4)");
       }));
-      steps.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
+      steps.push_back(ScriptMember(w, m.feature, m.lookup, m.table, tables, dense_embeddings_, m.dense_key));
     }
     std::string longest = "int(torch.max(" + lengths[0] + "))";
     if (lengths.size() > 1) {
@@ -467,7 +486,7 @@ std::map<std::string, std::string> EmbeddingGroup::Script(ScriptWriter& w, const
     out[name + ".sequence"] = ScriptConcat(w, padded, name + "_sequence", 2);
     out[name + ".sequence_length"] = lengths[0];
     std::vector<std::string> query;
-    for (const Member& m : group.query) query.push_back(ScriptMember(w, m.feature, m.lookup, m.dim, m.table, tables));
+    for (const Member& m : group.query) query.push_back(ScriptMember(w, m.feature, m.lookup, m.table, tables, dense_embeddings_, m.dense_key));
     out[name + ".query"] = query.empty() ? w.Let(name + "_query", "torch.zeros([" + rows + ", 0], dtype=6)")
                                          : ScriptConcat(w, query, name + "_query", 1);
   }

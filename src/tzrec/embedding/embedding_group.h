@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "tzrec/embedding/dense_embedding.h"
 #include "tzrec/embedding/embedding_collection.h"
 #include "tzrec/embedding/table_quantization.h"
 #include "tzrec/features/feature.h"
@@ -63,6 +64,9 @@ class EmbeddingGroup {
     // exported item embedding: the sequence group's query side, its tables named as in the
     // whole model).
     bool query_only_sequence_groups = false;
+    // Where dense features' autodis / mlp embeddings get their parameters (the model's
+    // module; required when a group holds such a feature), keyed table_prefix + feature name.
+    DenseEmbeddingsImpl* dense_embeddings = nullptr;
   };
   EmbeddingGroup(EmbeddingCollection* collection, const std::vector<const Feature*>& features,
                  const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,
@@ -96,6 +100,7 @@ class EmbeddingGroup {
     int lookup = -1;  // pooled (or, in a sequence part, sequence) lookup; -1: dense feature
     int dim = 0;
     std::string table;  // its table's name (sparse features)
+    std::string dense_key;  // dense features with an autodis / mlp embedding
   };
   struct SequenceGroup {
     std::vector<Member> query;
@@ -110,8 +115,12 @@ class EmbeddingGroup {
                         const std::string& suffix, bool jagged, const Options& options,
                         const std::string& where);
   // Concatenation of pooled members (neighbouring lookups of one storage output as one slice).
-  static at::Tensor ConcatPooled(const std::vector<Member>& members, const LookupOutputs& lookups,
-                                 const Batch& batch);
+  at::Tensor ConcatPooled(const std::vector<Member>& members, const LookupOutputs& lookups,
+                          const Batch& batch) const;
+  // A dense member's input: its values, or their autodis / mlp embedding.
+  at::Tensor DenseInput(const Member& member, const at::Tensor& values) const;
+  // Fills member.dim (and dense_key) of a dense feature.
+  void AddDenseMember(Member* member, const Options& options);
   void ForwardSequence(const std::string& name, const SequenceGroup& group, const LookupOutputs& lookups,
                        const Batch& batch, std::map<std::string, at::Tensor>* out) const;
 
@@ -120,6 +129,7 @@ class EmbeddingGroup {
   std::map<std::string, std::vector<std::string>> nested_;
   std::vector<std::string> group_order_;
   std::vector<std::string> sequence_order_;
+  DenseEmbeddingsImpl* dense_embeddings_ = nullptr;
 };
 
 }  // namespace tzrec

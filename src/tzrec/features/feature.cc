@@ -67,7 +67,9 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
     }
   } else {
     value_dim_ = std::max(info.value_dim, 1);
-    if (info.type == "raw_feature" && HasField(msg, "embedding_dim")) {
+    if (HasField(msg, "autodis") || HasField(msg, "mlp")) {
+      ParseDenseEmbedding(msg);
+    } else if (info.type == "raw_feature" && HasField(msg, "embedding_dim")) {
       // TorchEasyRec ignores it too: a dense feature only gets an embedding via autodis/mlp.
       LOG_WARNING << config_path() << ".embedding_dim has no effect without boundaries, "
                   << "autodis or mlp; the feature is used as raw dense values";
@@ -88,6 +90,43 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
       }
     }
   }
+}
+
+void Feature::ParseDenseEmbedding(const Message& msg) {
+  const bool autodis = HasField(msg, "autodis");
+  const std::string field = config_path() + (autodis ? ".autodis" : ".mlp");
+  if (is_sequence_) {
+    // TorchEasyRec skips dense embeddings of sequence features (raw values go in); a config
+    // written for it (dssm_v2_mlpemb_fg_mock) must mean the same here, so say so and do that.
+    LOG_WARNING << field << " has no effect on a sequence feature (as in TorchEasyRec): its "
+                << "steps go in as raw values";
+    return;
+  }
+  const FieldDescriptor* dim = FieldOf(msg, "embedding_dim");
+  const uint32_t configured_dim = dim ? msg.GetReflection()->GetUInt32(msg, dim) : 0;
+  if (configured_dim == 0 || configured_dim > static_cast<uint32_t>(kMaxEmbeddingDim)) {
+    Fail(config_path(), ".embedding_dim: ", configured_dim, " (", field,
+         " needs an embedding_dim in [1, ", kMaxEmbeddingDim, "])");
+  }
+  embedding_dim_ = static_cast<int>(configured_dim);
+  if (!autodis) {
+    dense_embedding_.kind = DenseEmbeddingSpec::Kind::kMlp;
+    return;
+  }
+  const Message& config = msg.GetReflection()->GetMessage(msg, FieldOf(msg, "autodis"));
+  const auto* reflection = config.GetReflection();
+  const auto* descriptor = config.GetDescriptor();
+  dense_embedding_.kind = DenseEmbeddingSpec::Kind::kAutoDis;
+  dense_embedding_.num_channels = static_cast<int>(reflection->GetUInt32(config, descriptor->FindFieldByName("num_channels")));
+  dense_embedding_.temperature = reflection->GetFloat(config, descriptor->FindFieldByName("temperature"));
+  dense_embedding_.keep_prob = reflection->GetFloat(config, descriptor->FindFieldByName("keep_prob"));
+  // AutoDis discretises one number: its meta-embeddings weigh a scalar.
+  if (value_dim_ != 1) Fail(field, ": needs value_dim 1, the feature has ", value_dim_);
+  if (dense_embedding_.num_channels <= 0 || dense_embedding_.num_channels > 4096) {
+    Fail(field, ".num_channels: ", dense_embedding_.num_channels, " (must be in [1, 4096])");
+  }
+  if (!(dense_embedding_.temperature > 0)) Fail(field, ".temperature: ", dense_embedding_.temperature, " must be > 0");
+  if (!std::isfinite(dense_embedding_.keep_prob)) Fail(field, ".keep_prob must be a number");
 }
 
 void Feature::FailRow(const RecordBatch& batch, size_t row, const std::string& what) const {

@@ -35,6 +35,16 @@ struct FeatureContext {
   bool negative = false;  // reads a negative sampler's attr_fields (also under force_base_data_group)
 };
 
+// A dense feature's learned embedding (config oneof dense_emb), TorchEasyRec's
+// DenseEmbeddingCollection: `mlp` projects the values linearly to embedding_dim; `autodis`
+// (Guo et al. 2021) softly assigns a single value to num_channels meta-embeddings.
+struct DenseEmbeddingSpec {
+  enum class Kind { kNone, kMlp, kAutoDis } kind = Kind::kNone;
+  int num_channels = 0;
+  float temperature = 0.1f;
+  float keep_prob = 0.8f;
+};
+
 class Feature {
  public:
   Feature(const fg::FeatureInfo& info, FeatureContext context);
@@ -63,8 +73,13 @@ class Feature {
   bool trainable() const { return trainable_; }
   // Dense features: floats per row.
   int value_dim() const { return value_dim_; }
+  // Dense features with an autodis / mlp embedding (embedding_dim wide in a group).
+  const DenseEmbeddingSpec& dense_embedding() const { return dense_embedding_; }
   // Width of this feature inside a DEEP group vector.
-  int output_dim() const { return is_sparse_ ? embedding_dim_ : value_dim_; }
+  int output_dim() const {
+    return is_sparse_ || dense_embedding_.kind != DenseEmbeddingSpec::Kind::kNone ? embedding_dim_
+                                                                                   : value_dim_;
+  }
 
   // Parses this feature's FG-encoded column of `batch` (FG_NONE data) and adds it to `out`.
   void ParseEncoded(const RecordBatch& batch, ParsedBatch* out) const;
@@ -77,6 +92,7 @@ class Feature {
                     std::string_view separator, SparseValues* out) const;
   int32_t AppendFloats(const RecordBatch& batch, size_t row, std::string_view text,
                        std::string_view separator, DenseValues* out) const;
+  void ParseDenseEmbedding(const google::protobuf::Message& msg);
   [[noreturn]] void FailRow(const RecordBatch& batch, size_t row, const std::string& what) const;
 
   FeatureContext context_;
@@ -93,6 +109,7 @@ class Feature {
   std::string pooling_ = "sum";
   bool trainable_ = true;
   int value_dim_ = 1;
+  DenseEmbeddingSpec dense_embedding_;
   bool has_default_ = false;
   std::vector<int64_t> default_ids_;
   std::vector<float> default_floats_;

@@ -94,9 +94,6 @@ int ValueDim(const std::string& type, const Message& msg, bool is_sequence, bool
 // Feature options FG and the embedding engine do not implement (init_fn is checked by the
 // config validator).
 void CheckUnsupported(const Message& msg, const std::string& where) {
-  for (const char* name : {"autodis", "mlp"}) {
-    if (HasField(msg, name)) Fail(where, ".", name, ": not supported yet");
-  }
   if (BoolField(msg, "use_mask")) Fail(where, ".use_mask: not supported yet");
 }
 

@@ -109,6 +109,16 @@ int64_t Model::InputDim(const std::string& group) const {
 EmbeddingGroup& Model::AddEmbeddingGroup(
     const google::protobuf::RepeatedPtrField<protos::FeatureGroupConfig>& groups,
     EmbeddingGroup::Options options) {
+  // Dense features with autodis / mlp embeddings get their parameters in one submodule
+  // ("dense_embedding.<prefix><feature>_<name>"), registered only when a feature has one.
+  if (!options.dense_embeddings) {
+    for (const Feature* feature : features_) {
+      if (feature->dense_embedding().kind == DenseEmbeddingSpec::Kind::kNone) continue;
+      if (!dense_embeddings_) dense_embeddings_ = register_module("dense_embedding", DenseEmbeddings());
+      options.dense_embeddings = dense_embeddings_.get();
+      break;
+    }
+  }
   groups_.push_back(std::make_unique<EmbeddingGroup>(&collection_, features_, groups, std::move(options)));
   return *groups_.back();
 }

@@ -166,6 +166,7 @@ class Model : public torch::nn::Module {
   std::string tower_;
   std::string built_tower_;  // ModelContext::tower
   GemmPrecision gemm_precision_ = GemmPrecision::kFloat32;
+  DenseEmbeddings dense_embeddings_{nullptr};
 };
 
 // The TaskTower fields a multi-task model's registration honours (read by its task heads), as
