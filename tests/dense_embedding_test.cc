@@ -143,12 +143,7 @@ TEST(DenseEmbeddings, TrainAndExportWithScriptedModel) {
     ASSERT_TRUE(last.count("dense_embedding.x_proj_w"));
     EXPECT_FALSE(torch::equal(first.at("dense_embedding.x_proj_w"), last.at("dense_embedding.x_proj_w")));
     EXPECT_TRUE(testing::LastEvalResult(dir.File("model")).contains("auc"));
-    ExportOptions options;
-    options.pipeline_config_path = dir.File("model/pipeline.config");
-    options.export_dir = dir.File("export");
-    options.quant_from_environment = false;
-    ExportModel(options);
-    const auto manifest = nlohmann::json::parse(ReadFileToString(JoinPath(dir.File("export"), kExportManifestFile)));
+    const auto manifest = testing::ExportLatest(dir.File("model/pipeline.config"), dir.File("export"));
     EXPECT_FALSE(manifest.contains("scripted_model_skipped")) << manifest.dump();
     EXPECT_TRUE(PathExists(dir.File("export/scripted_model.pt")));
   }

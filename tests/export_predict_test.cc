@@ -320,7 +320,10 @@ void ExportsAndPredictsAsEvaluated(const std::string& config_name) {
   for (const auto& [name, values] : expected) int8_expected[name] = int8_out[name];
   const double int8_diff = CheckScriptedModel(dir.File("export_int8"), trained.eval_pattern, int8_expected, dir);
   std::printf("scripted model vs model: fp32 tables max |diff| %.3g, INT8 tables %.3g\n", fp32_diff, int8_diff);
-  EXPECT_LE(fp32_diff, 1e-6);
+  // The model's GEMMs run on oneDNN, the scripted copy's on the system BLAS: their float sums
+  // round differently by a few ulps of outputs near 1 (9.5e-7 with one draw of weights, 1.2e-6
+  // with another); a wrong op shows as 1e-3 or more.
+  EXPECT_LE(fp32_diff, 5e-6);
   EXPECT_LE(int8_diff, 1e-5);
 }
 

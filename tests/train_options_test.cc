@@ -527,12 +527,7 @@ TEST(MixedPrecision, Bf16TrainsNearFp32AndTheExportKeepsItsPrecision) {
   const double auc_fp32 = testing::LastEvalResult(dir.File("fp32"))["auc"].get<double>();
   EXPECT_NEAR(auc_bf16, auc_fp32, 0.02);
 
-  ExportOptions options;
-  options.pipeline_config_path = dir.File("bf16/pipeline.config");
-  options.export_dir = dir.File("export");
-  options.quant_from_environment = false;
-  ExportModel(options);
-  const auto manifest = nlohmann::json::parse(ReadFileToString(JoinPath(dir.File("export"), kExportManifestFile)));
+  const auto manifest = testing::ExportLatest(dir.File("bf16/pipeline.config"), dir.File("export"));
   EXPECT_EQ(manifest["mixed_precision"], "BF16");
   EXPECT_EQ(LoadExportedPipeline(dir.File("export"), PipelineMode::kPredict)->model->gemm_precision(),
             GemmPrecision::kBFloat16);

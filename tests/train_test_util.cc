@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "tzrec/common/fs.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/serving/exported_model.h"
 #include "tzrec/tools/gen_data.h"
@@ -120,12 +121,17 @@ std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
 std::string TrainAndExportSmallModel(const TempDir& dir) {
   std::string config = WriteSmallConfig(dir);
   TrainAndEvaluate(SmallOptions(dir, config, dir.File("model")));
+  ExportLatest(dir.File("model/pipeline.config"), dir.File("export"));
+  return dir.File("export");
+}
+
+nlohmann::json ExportLatest(const std::string& pipeline_config, const std::string& export_dir) {
   ExportOptions options;
-  options.pipeline_config_path = dir.File("model/pipeline.config");
-  options.export_dir = dir.File("export");
+  options.pipeline_config_path = pipeline_config;
+  options.export_dir = export_dir;
   options.quant_from_environment = false;
   ExportModel(options);
-  return options.export_dir;
+  return nlohmann::json::parse(ReadFileToString(JoinPath(export_dir, kExportManifestFile)));
 }
 
 void DeterministicRuntime() {

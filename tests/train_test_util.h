@@ -27,6 +27,9 @@ std::string WriteSmallConfig(const TempDir& dir, const std::string& dataset_type
 // Trains the small config (WriteSmallConfig) into dir/model and exports its last checkpoint
 // to dir/export with the default (INT8) pooled tables; returns dir/export.
 std::string TrainAndExportSmallModel(const TempDir& dir);
+// Exports the last checkpoint of the model dir holding `pipeline_config` to `export_dir`
+// (QUANT_* not read from the environment) and returns the export's manifest.
+nlohmann::json ExportLatest(const std::string& pipeline_config, const std::string& export_dir);
 TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
                               const std::string& model_dir);
 // gen_data output for `config` (3000 train and 600 eval Parquet rows, histories of at most 12
