@@ -1,4 +1,4 @@
-// wide_and_deep, dcn_v1 and dcn_v2: each forward against the same computation written out
+// wide_and_deep, dcn_v1, dcn_v2, xdeepfm, mask_net and wukong: each forward against the same computation written out
 // with plain tensor ops from the model's own parameters (double precision), config errors,
 // and each trained on planted data close to the generator's oracle, then exported (the
 // exporter checks the TorchScript copy against the model).
@@ -151,6 +151,74 @@ TEST(DCNV2, ForwardMatchesPlainOps) {
   }
 }
 
+TEST(XDeepFM, ForwardMatchesPlainOps) {
+  Tiny t = BuildTiny(TinyConfig(R"(
+      feature_groups { group_name: "wide" feature_names: ["a", "b"] group_type: WIDE }
+      feature_groups { group_name: "deep" feature_names: ["a", "b", "d"] group_type: DEEP }
+      xdeepfm { cin { cin_layer_size: [3, 2] } deep { hidden_units: [2] } final { hidden_units: [2] }
+                wide_embedding_dim: 2 })"));
+  const at::Tensor x0 = at::stack({t.a_wide, t.b_wide}, 1);  // [B, F=2, D=2]
+  at::Tensor x = x0;
+  std::vector<at::Tensor> parts;
+  for (int k = 0; k < 2; ++k) {
+    const std::string name = "cin.cin_layers." + std::to_string(k);
+    // Row h*F + f of the outer products is x[:, h, :] * x0[:, f, :].
+    std::vector<at::Tensor> rows;
+    for (int64_t h = 0; h < x.size(1); ++h) {
+      for (int64_t f = 0; f < 2; ++f) rows.push_back(x.select(1, h) * x0.select(1, f));
+    }
+    const at::Tensor z = at::stack(rows, 1);  // [B, H*F, D]
+    x = at::matmul(t.p.at(name + ".weight").squeeze(2), z) + t.p.at(name + ".bias").unsqueeze(1);
+    parts.push_back(x.sum(2));
+  }
+  const at::Tensor joined = at::cat({at::cat(parts, 1), Mlp(t, "deep", at::cat({t.a, t.b, kD}, 1), 1)}, 1);
+  const at::Tensor expected = Linear(t, "output_mlp", Mlp(t, "final", joined, 1));
+  EXPECT_TRUE(torch::allclose(Logits(t), expected.view({-1}), 1e-5, 1e-6));
+}
+
+TEST(MaskNet, ForwardMatchesPlainOps) {
+  Tiny t = BuildTiny(TinyConfig(R"(
+      feature_groups { group_name: "all" feature_names: ["a", "b", "d"] group_type: DEEP }
+      mask_net { mask_net_module { n_mask_blocks: 1 mask_block { reduction_ratio: 2.0 hidden_dim: 3 }
+                                   top_mlp { hidden_units: [2] } } })"));
+  const std::string m = "mask_net_layer.";
+  const at::Tensor emb = at::cat({t.a, t.b, kD}, 1);
+  const at::Tensor ln = at::layer_norm(emb, {5}, t.p.at(m + "ln_emb.weight"), t.p.at(m + "ln_emb.bias"), 1e-5);
+  const std::string b = m + "mask_blocks.0.";
+  const at::Tensor mask = Linear(t, b + "mask_generator.2", at::relu(Linear(t, b + "mask_generator.0", emb)));
+  EXPECT_EQ(t.p.at(b + "mask_generator.0.weight").size(0), 10);  // aggregation = 5 * reduction_ratio
+  const at::Tensor h = Linear(t, b + "ffn.0", ln * mask);
+  const at::Tensor block = at::relu(at::layer_norm(h, {3}, t.p.at(b + "ffn.1.weight"), t.p.at(b + "ffn.1.bias"), 1e-5));
+  const at::Tensor expected = Linear(t, "output_linear", Mlp(t, m + "top_mlp", block, 1), false);
+  EXPECT_TRUE(torch::allclose(Logits(t), expected.view({-1}), 1e-5, 1e-6));
+}
+
+TEST(WuKong, ForwardMatchesPlainOps) {
+  Tiny t = BuildTiny(TinyConfig(R"(
+      feature_groups { group_name: "all" feature_names: ["a", "b"] group_type: DEEP }
+      wukong { wukong_layers { lcb_feature_num: 2 fmb_feature_num: 1 compressed_feature_num: 2
+                               feature_num_mlp { hidden_units: [3] } }
+               final { hidden_units: [2] } })"));
+  const std::string l = "_wukong_layers.0.";
+  const at::Tensor x = at::stack({t.a, t.b}, 1);  // [B, F=2, D=2]
+  auto lcb = [&](const std::string& name, const at::Tensor& in) {
+    return at::matmul(in.permute({0, 2, 1}), t.p.at(name)).permute({0, 2, 1});
+  };
+  const at::Tensor compressed = at::matmul(x, at::matmul(x.permute({0, 2, 1}), t.p.at(l + "fmb.weight")));
+  const at::Tensor flat = at::layer_norm(compressed.reshape({2, 4}), {4}, t.p.at(l + "fmb.norm.weight"),
+                                         t.p.at(l + "fmb.norm.bias"), 1e-5);
+  const at::Tensor fmb = Linear(t, l + "fmb.feature_out_liner", Mlp(t, l + "fmb.mlp", flat, 1)).reshape({2, 1, 2});
+  // 3 output fields from 2 inputs: the residual is projected.
+  const at::Tensor sum = at::cat({fmb, lcb(l + "lcb.weight", x)}, 1) + lcb(l + "residual_projection.weight", x);
+  const at::Tensor out = at::layer_norm(sum, {2}, t.p.at(l + "norm.weight"), t.p.at(l + "norm.bias"), 1e-5);
+  const at::Tensor expected = Linear(t, "output_mlp", Mlp(t, "final_mlp", out.reshape({2, -1}), 1));
+  EXPECT_TRUE(torch::allclose(Logits(t), expected.view({-1}), 1e-5, 1e-6));
+  EXPECT_TZREC_ERROR(testing::BuildTestPipeline(TinyConfig(R"(
+      feature_groups { group_name: "all" feature_names: ["a", "d"] group_type: DEEP }
+      wukong { final { hidden_units: [2] } })")),
+                     "must share one embedding dim");
+}
+
 // Planted first-order signal (no pairwise term), as the multi-task tests: each model comes
 // within 97% of the oracle's lift over 0.5 after a few epochs, and exports with a TorchScript
 // copy the exporter has checked against the model.
@@ -174,7 +242,19 @@ TEST(RankZoo, EachModelTrainsToItsOracleAndExports) {
                     dcn_v1 { cross { cross_num: 2 } deep { hidden_units: [32] } final { hidden_units: [16] } })"},
       {"dcn_v2", R"(feature_groups { group_name: "all" feature_names: ["u", "i", "c", "r"] group_type: DEEP }
                     dcn_v2 { backbone { hidden_units: [32] } cross { cross_num: 2 low_rank: 8 }
-                             deep { hidden_units: [16] } final { hidden_units: [16] } })"}};
+                             deep { hidden_units: [16] } final { hidden_units: [16] } })"},
+      {"xdeepfm", R"(feature_groups { group_name: "wide" feature_names: ["u", "i", "c"] group_type: WIDE }
+                     feature_groups { group_name: "deep" feature_names: ["u", "i", "c", "r"] group_type: DEEP }
+                     xdeepfm { cin { cin_layer_size: [8, 8] } deep { hidden_units: [32] } final { hidden_units: [16] } })"},
+      {"mask_net", R"(feature_groups { group_name: "all" feature_names: ["u", "i", "c", "r"] group_type: DEEP }
+                      mask_net { mask_net_module { n_mask_blocks: 2 mask_block { reduction_ratio: 1.0 hidden_dim: 16 }
+                                                   top_mlp { hidden_units: [16] } } })"},
+      {"wukong", R"(feature_groups { group_name: "sparse" feature_names: ["u", "i", "c"] group_type: DEEP }
+                    feature_groups { group_name: "dense" feature_names: ["r"] group_type: DEEP }
+                    wukong { dense_mlp { hidden_units: [8] }
+                             wukong_layers { lcb_feature_num: 4 fmb_feature_num: 4 compressed_feature_num: 4
+                                             feature_num_mlp { hidden_units: [16] } }
+                             final { hidden_units: [16] } })"}};
   for (const auto& [name, model] : models) {
     SCOPED_TRACE(name);
     testing::DeterministicRuntime();

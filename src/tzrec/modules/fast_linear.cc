@@ -58,6 +58,8 @@ void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const
     const Key key{trans_a, trans_b, m, n, k, bias != nullptr, relu};
     auto it = primitives->find(key);
     if (it == primitives->end()) {
+      // Serving batches come in many sizes: keep the cache bounded (a primitive holds JIT code).
+      if (primitives->size() >= 512) primitives->clear();
       dnnl::primitive_attr attr;
       if (relu) {
         dnnl::post_ops ops;

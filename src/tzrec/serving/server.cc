@@ -398,6 +398,11 @@ struct Server::Impl {
       Model& model = *jobs.front()->model->pipeline->model;
       ScopedGemmPrecision precision(model.gemm_precision());
       Predictions predictions = model.Predict(ToBatch(std::move(combined)));
+      // Counted before any answer leaves: a client that reads /metrics right after its
+      // answer must see its rows.
+      rows += size;
+      ++batches;
+      model_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
       int64_t begin = 0;
       for (const auto& job : jobs) {
         const int64_t n = job->parsed.size;
@@ -406,9 +411,8 @@ struct Server::Impl {
         begin += n;
         job->result.set_value(std::move(out));
       }
-      rows += size;
-      ++batches;
     } catch (...) {
+      model_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
       for (const auto& job : jobs) {
         try {
           job->result.set_exception(std::current_exception());
@@ -416,7 +420,6 @@ struct Server::Impl {
         }
       }
     }
-    model_latency.Observe(std::chrono::duration<double>(Clock::now() - start).count());
   }
 
   static Json OutputsOfRow(const std::map<std::string, at::Tensor>& outputs, int64_t row) {
