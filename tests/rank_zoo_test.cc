@@ -11,6 +11,7 @@
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
+#include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/trainer.h"
@@ -282,6 +283,41 @@ TEST(RankZoo, EachModelTrainsToItsOracleAndExports) {
     const auto manifest = testing::ExportLatest(dir.File("model/pipeline.config"), dir.File("export"));
     EXPECT_FALSE(manifest.contains("scripted_model_skipped")) << manifest.dump();
   }
+}
+
+// TorchEasyRec's own mask_net example (dataset switched to Parquet, as a user without
+// MaxCompute runs it; its 40M-row tables capped, which issue 18's hash storage will make
+// unnecessary) trains from gen_data output. Its wukong example sets dense_mlp to end in 128
+// while its sparse features are 16 wide, which TorchEasyRec's WuKong itself rejects: so do we,
+// naming the field.
+TEST(RankZooCriteo, MaskNetExampleTrainsAndWuKongExampleIsRejectedAsInTorchEasyRec) {
+  testing::TempDir dir;
+  const std::string edits = R"({"data_config.dataset_type": "ParquetDataset",
+      "feature_configs[id_feature.hash_bucket_size>20000].id_feature.hash_bucket_size": 20000,
+      "data_config.batch_size": 256, "train_config.num_epochs": 1, "eval_config.num_steps": 4})";
+  auto config = LoadPipelineConfig(testing::ReferenceConfig("masknet_criteo.config"));
+  EditConfigJson(&config, edits);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = 2048;
+  gen.eval_rows = 1024;
+  const auto data = GenerateMockData(config, gen);
+  TrainEvalOptions options;
+  options.pipeline_config_path = testing::ReferenceConfig("masknet_criteo.config");
+  options.model_dir = dir.File("model");
+  options.train_input_path = data.train_pattern;
+  options.eval_input_path = data.eval_pattern;
+  options.edit_config_json = edits;
+  TrainAndEvaluate(options);
+  const auto result = testing::LastEvalResult(dir.File("model"));
+  EXPECT_EQ(result["global_step"], 7) << result.dump();
+  EXPECT_TRUE(result.contains("auc")) << result.dump();
+
+  auto wukong = LoadPipelineConfig(testing::ReferenceConfig("wukong_criteo.config"));
+  EditConfigJson(&wukong, R"({"feature_configs[id_feature.num_buckets>20000].id_feature.num_buckets": 20000})");
+  auto pipeline = BuildFeatures(wukong, PipelineMode::kTrain);
+  EXPECT_TZREC_ERROR(BuildModel(pipeline.get(), nullptr),
+                     "model_config.wukong.dense_mlp: its last hidden unit (128) must equal the sparse features' dim 16");
 }
 
 }  // namespace
