@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas0-openmp
   libgoogle-perftools-dev
   nlohmann-json3-dev libdnnl-dev
+  robin-map-dev  # hash-stored embedding tables (tsl::robin_map)
   libcpp-httplib-dev  # tzrec serve
   libopenblas-openmp-dev libfaiss-dev  # create_faiss_index, hitrate (the BLAS first: faiss needs one)
   python3-torch  # tests: scripted_model.pt loads in Python torch; bench references

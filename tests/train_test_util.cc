@@ -1,5 +1,7 @@
 #include "train_test_util.h"
 
+#include "tzrec/common/strings.h"
+
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -109,10 +111,10 @@ TrainEvalOptions MockDataOptions(const TempDir& dir, const protos::EasyRecConfig
 
 std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
   auto all = LoadCheckpointTensors(checkpoint);
-  // Weights only: drop the optimizer state entries of tables.
+  // Weights only: drop the optimizer state entries of tables (keep the ids of hash-stored ones).
   for (auto it = all.begin(); it != all.end();) {
-    bool is_state = it->first.rfind("embedding_group.", 0) == 0 &&
-                    it->first.size() > 7 && it->first.substr(it->first.size() - 7) != ".weight";
+    bool is_state = it->first.rfind("embedding_group.", 0) == 0 && !EndsWith(it->first, ".weight") &&
+                    !EndsWith(it->first, ".weight.ids");
     it = is_state ? all.erase(it) : std::next(it);
   }
   return all;

@@ -87,12 +87,20 @@ class EmbeddingCollection {
     ShardComm* comm = nullptr;                   // required when `shards` has sharded tables
     SparseGradientExchange exchange;             // data-parallel gradient merge (may be empty)
     std::set<std::string> int8_tables;           // inference: tables stored INT8 row-wise
+    // Tables hash-stored whatever the policy (an export's hash-stored tables). Others follow
+    // TZREC_EMBEDDING_STORAGE: "dense" (never), "hash" (every table not sharded), or "auto"
+    // (default): when the dense tables would need more than a quarter of the usable memory, the
+    // largest become hash-stored until the rest fit. Sharded tables are always dense.
+    std::set<std::string> hash_tables;
   };
   void Materialize(MaterializeOptions options);
   bool materialized() const { return materialized_; }
   bool has_optimizer_state() const { return optimizer_ != nullptr; }
-  // Bytes of all tables with their optimizer state and backward slot maps (after Materialize).
-  int64_t table_bytes() const { return table_bytes_; }
+  // Bytes of all tables with their optimizer state and backward slot maps (after Materialize):
+  // dense tables whole, hash-stored ones as resident now.
+  int64_t table_bytes() const;
+  // Names of the hash-stored tables.
+  std::set<std::string> hashed_tables() const;
 
   // `training`: record the backward that updates the tables with the sparse optimizer.
   LookupOutputs Lookup(const Batch& batch, bool training);
@@ -113,14 +121,17 @@ class EmbeddingCollection {
   const TableShard* ShardOf(const EmbeddingTable* table) const;
 
   // Calls `fn(table, {"weight": [rows, dim], <state name>: ...})` with logical tensors for every
-  // table in order (optimizer state only when asked and present). Collective for sharded
+  // table in order (optimizer state only when asked and present). A hash-stored table gives
+  // its resident rows only, ordered by id, with "ids" (int64 [n]) naming them. Collective for sharded
   // tables: every rank calls it; each table is gathered just before its call, so memory peaks at
   // one logical table.
   void VisitTableStates(bool with_optimizer_state,
                         const std::function<void(const std::string& table,
                                                  const std::map<std::string, at::Tensor>&)>& fn) const;
   // Restores tables from logical tensors by table name then "weight" / state name (slicing this
-  // rank's part of sharded tables). A table or tensor missing from `saved` calls `missing`
+  // rank's part of sharded tables). Saved tables with "ids" hold those rows only, the others
+  // keeping their initial values; either form restores into either storage (a dense table
+  // restored into a hash-stored one brings only the rows that differ from their initial values). A table or tensor missing from `saved` calls `missing`
   // with its name; a shape mismatch is an error naming `source`. Returns tensors restored.
   int RestoreTables(const std::map<std::string, std::map<std::string, at::Tensor>>& saved,
                     bool with_optimizer_state, const std::string& source,
@@ -133,6 +144,11 @@ class EmbeddingCollection {
   };
   // This rank's part of logical `tensor` (a table's weight or state) for `shard`.
   static at::Tensor LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns);
+  std::set<std::string> ChooseHashedTables(const MaterializeOptions& options) const;
+  // RestoreTables for a table saved or held hash-stored.
+  int RestoreRows(EmbeddingTable* table, const std::map<std::string, at::Tensor>& saved,
+                  bool with_optimizer_state, const std::string& source,
+                  const std::function<void(const std::string&)>& missing);
   std::map<std::string, at::Tensor> GatherTable(const EmbeddingTable* table, const TableShard& shard,
                                                 bool with_optimizer_state) const;
 
@@ -145,7 +161,6 @@ class EmbeddingCollection {
   ShardComm* comm_ = nullptr;
   std::vector<std::unique_ptr<EmbeddingStorage>> storages_;
   std::vector<EmbeddingTable*> tables_;  // by spec index
-  int64_t table_bytes_ = 0;
   std::vector<std::vector<int>> storage_lookups_;
   std::vector<std::vector<int>> storage_sequence_lookups_;
   // Per storage: its placement (kDataParallel for fused storages of whole tables; a deque so

@@ -1,33 +1,68 @@
 #include "tzrec/embedding/embedding_storage.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "tzrec/common/error.h"
 #include "tzrec/embedding/table_quantization.h"
 
 namespace tzrec {
+namespace {
+
+// A zero-filled tensor whose pages are only backed by memory once written: an anonymous
+// private mapping without swap reservation. Storages with hash-stored tables use it, so a
+// table's declared rows cost address space only and its memory follows the rows handed out.
+at::Tensor LazilyZeroedTensor(at::IntArrayRef sizes, at::ScalarType dtype) {
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t s : sizes) bytes *= s;
+  const size_t length = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) {
+    Fail("cannot reserve ", bytes >> 20, " MiB of address space for a hash-stored embedding storage: ",
+         std::strerror(errno));
+  }
+  return at::from_blob(memory, sizes, [length](void* p) { munmap(p, length); },
+                       at::TensorOptions().dtype(dtype));
+}
+
+}  // namespace
 
 int EmbeddingTable::dim() const { return storage_->dim(); }
 
+int64_t EmbeddingTable::resident_rows() const {
+  if (!index_) return rows_;
+  std::lock_guard<std::mutex> lock(index_mutex_);
+  return index_->size();
+}
+
+std::vector<int64_t> EmbeddingTable::resident_ids() const {
+  TZREC_CHECK(index_ != nullptr, "table '", name_, "' is not hash-stored");
+  std::lock_guard<std::mutex> lock(index_mutex_);
+  return index_->ids();
+}
+
 at::Tensor EmbeddingTable::weight() const {
   TZREC_CHECK(!storage_->int8_rows(), "table '", name_, "' is stored INT8: read stored()");
-  return storage_->tensor().narrow(0, first_row_, rows_).narrow(1, 0, storage_->dim());
+  return storage_->tensor().narrow(0, first_row_, resident_rows()).narrow(1, 0, storage_->dim());
 }
 
 at::Tensor EmbeddingTable::stored() const {
   if (!storage_->int8_rows()) return weight();
-  return storage_->tensor().narrow(0, first_row_, rows_);
+  return storage_->tensor().narrow(0, first_row_, resident_rows());
 }
 
 std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state() const {
   std::vector<std::pair<std::string, at::Tensor>> state;
   if (!storage_->has_optimizer()) return state;
-  at::Tensor rows = storage_->tensor().narrow(0, first_row_, rows_);
+  at::Tensor rows = storage_->tensor().narrow(0, first_row_, resident_rows());
   for (const auto& slice : storage_->optimizer().spec().StateSlices(storage_->dim())) {
     state.emplace_back(slice.name, rows.narrow(1, storage_->dim() + slice.offset, slice.width));
   }
@@ -41,24 +76,36 @@ EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer, bo
   row_width_ = dim + (optimizer ? optimizer->spec().StateWidth(dim) : 0);
 }
 
-EmbeddingTable* EmbeddingStorage::AddTable(const std::string& name, int64_t rows, bool trainable) {
+EmbeddingTable* EmbeddingStorage::AddTable(const std::string& name, int64_t rows, bool trainable,
+                                           bool hashed) {
   TZREC_CHECK(!data_.defined(), "table added after allocation");
   TZREC_CHECK(rows >= 0, "table ", name);  // 0: a table_wise table held by another rank
-  tables_.push_back(std::make_unique<EmbeddingTable>(this, name, total_rows_, rows, trainable));
+  tables_.push_back(std::make_unique<EmbeddingTable>(this, name, total_rows_, rows, trainable, hashed));
   total_rows_ += rows;
+  hashed_tables_ += hashed ? 1 : 0;
   return tables_.back().get();
 }
 
 void EmbeddingStorage::Allocate(bool initialize) {
-  if (int8_rows_) {
-    data_ = at::zeros({total_rows_, dim_ + 4}, at::TensorOptions().dtype(at::kByte));
-    if (!initialize) return;
-    for (const auto& table : tables_) InitializeTable(table.get(), table->rows(), dim_, 0, 0);
-    return;
+  const bool lazy = has_hashed_tables();
+  const at::ScalarType dtype = int8_rows_ ? at::kByte : at::kFloat;
+  const int64_t width = int8_rows_ ? dim_ + 4 : row_width_;
+  if (lazy) {
+    data_ = LazilyZeroedTensor({total_rows_, width}, dtype);
+    if (optimizer_) slots_ = LazilyZeroedTensor({total_rows_}, at::kInt);
+  } else if (int8_rows_) {
+    data_ = at::zeros({total_rows_, width}, at::TensorOptions().dtype(dtype));
+  } else {
+    data_ = at::empty({total_rows_, width}, at::TensorOptions().dtype(dtype));
   }
-  data_ = at::empty({total_rows_, row_width_}, at::TensorOptions().dtype(at::kFloat));
-  if (row_width_ > dim_) {
-    data_.narrow(1, dim_, row_width_ - dim_).fill_(optimizer_->spec().InitialState());
+  // Dense tables' state and backward slots now; hash-stored rows' when handed out.
+  for (const auto& table : tables_) {
+    if (table->hashed()) continue;
+    if (!int8_rows_ && row_width_ > dim_) {
+      data_.narrow(0, table->first_row(), table->rows()).narrow(1, dim_, row_width_ - dim_)
+          .fill_(optimizer_->spec().InitialState());
+    }
+    if (slots_.defined()) slots_.narrow(0, table->first_row(), table->rows()).fill_(-1);
   }
   if (!initialize) return;
   for (const auto& table : tables_) InitializeTable(table.get(), table->rows(), dim_, 0, 0);
@@ -66,30 +113,146 @@ void EmbeddingStorage::Allocate(bool initialize) {
 
 void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
                                        int64_t row_begin, int column_begin) {
-  const double bound = std::sqrt(1.0 / static_cast<double>(std::max<int64_t>(1, logical_rows)));
+  table->row_init_ = RowInit::ForTable(table->name(), logical_rows);
+  table->logical_row_begin_ = row_begin;
+  table->logical_column_begin_ = column_begin;
+  TZREC_CHECK(column_begin + dim_ <= logical_dim, "table '", table->name(), "' shard columns");
+  if (table->hashed()) return;
   if (int8_rows_) {
     TZREC_CHECK(logical_rows == table->rows() && logical_dim == dim_, "sharded INT8 table");
-    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat).uniform_(-bound, bound);
+    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
+    InitializeRowRange(table->row_init_, 0, table->rows(), 0, dim_, drawn.data_ptr<float>(), dim_);
     table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
     return;
   }
-  if (logical_rows == table->rows() && logical_dim == dim_) {
-    table->weight().uniform_(-bound, bound);
+  InitializeRowRange(table->row_init_, row_begin, table->rows(), column_begin, dim_,
+                     data() + table->first_row() * row_width_, row_width_);
+}
+
+void EmbeddingStorage::InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
+                                        const std::vector<int64_t>& logical) {
+  const int64_t n = static_cast<int64_t>(slots.size());
+  if (n == 0) return;
+  at::Tensor drawn = at::empty({n, dim_}, at::kFloat);
+  InitializeRows(table.row_init_, logical.data(), n, table.logical_column_begin_, dim_,
+                 drawn.data_ptr<float>(), dim_);
+  if (int8_rows_) {
+    const at::Tensor quantized = QuantizeTable(drawn, TableDtype::kINT8);
+    for (int64_t i = 0; i < n; ++i) data_[table.first_row() + slots[i]].copy_(quantized[i]);
     return;
   }
-  // A shard: draw the whole logical table's random stream (in chunks, so memory stays small)
-  // and keep this rank's block, so every rank's part equals what one process would draw.
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max(1, logical_dim));
-  const int64_t row_end = row_begin + table->rows();
-  at::Tensor weight = table->weight();
-  for (int64_t start = 0; start < logical_rows; start += chunk) {
-    const int64_t n = std::min(chunk, logical_rows - start);
-    at::Tensor drawn = at::empty({n, logical_dim}, at::kFloat).uniform_(-bound, bound);
-    const int64_t lo = std::max(start, row_begin), hi = std::min(start + n, row_end);
-    if (lo >= hi) continue;
-    weight.narrow(0, lo - row_begin, hi - lo)
-        .copy_(drawn.narrow(0, lo - start, hi - lo).narrow(1, column_begin, dim_));
+  float* base = data() + table.first_row() * row_width_;
+  const float* src = drawn.data_ptr<float>();
+  const float state = row_width_ > dim_ ? optimizer_->spec().InitialState() : 0.0f;
+  int32_t* free_slots = slots_.defined() ? slots_.data_ptr<int32_t>() + table.first_row() : nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = base + slots[i] * row_width_;
+    std::memcpy(row, src + i * dim_, sizeof(float) * dim_);
+    std::fill(row + dim_, row + row_width_, state);
+    if (free_slots) free_slots[slots[i]] = -1;
   }
+}
+
+at::Tensor EmbeddingStorage::SlotsOf(EmbeddingTable* table, const at::Tensor& ids) {
+  TZREC_CHECK(table->storage() == this);
+  if (!table->hashed()) return ids;
+  TZREC_CHECK(data_.defined(), "lookup before allocation");
+  const at::Tensor in = ids.contiguous();
+  const int64_t n = in.numel();
+  at::Tensor out = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+  const int64_t* id = in.data_ptr<int64_t>();
+  int64_t* slot = out.data_ptr<int64_t>();
+  std::vector<int64_t> new_slots, new_logical;
+  std::lock_guard<std::mutex> lock(table->index_mutex_);
+  for (int64_t i = 0; i < n; ++i) {
+    if (id[i] < 0 || id[i] >= table->rows()) {
+      Fail("embedding id ", id[i], " out of range [0, ", table->rows(), ") of table '", table->name(), "'");
+    }
+    bool inserted = false;
+    slot[i] = table->index_->FindOrInsert(id[i], &inserted);
+    if (inserted) {
+      new_slots.push_back(slot[i]);
+      new_logical.push_back(table->logical_row_begin_ + id[i]);
+    }
+  }
+  // Written before the lock is released: another thread sees the row only once it is whole.
+  InitializeRowsAt(*table, new_slots, new_logical);
+  return out;
+}
+
+const EmbeddingTable* EmbeddingStorage::TableOfRow(int64_t row) const {
+  auto it = std::upper_bound(tables_.begin(), tables_.end(), row,
+                             [](int64_t r, const std::unique_ptr<EmbeddingTable>& t) { return r < t->first_row(); });
+  TZREC_CHECK(it != tables_.begin(), "storage row ", row);
+  return (it - 1)->get();
+}
+
+void EmbeddingStorage::SlotRowsToIdRows(at::Tensor* rows) const {
+  if (!has_hashed_tables()) return;
+  *rows = rows->contiguous();
+  int64_t* r = rows->data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows->numel(); ++i) {
+    const EmbeddingTable* table = TableOfRow(r[i]);
+    if (!table->hashed()) continue;
+    std::lock_guard<std::mutex> lock(table->index_mutex_);
+    r[i] = table->first_row() + table->index_->ids()[r[i] - table->first_row()];
+  }
+}
+
+void EmbeddingStorage::IdRowsToSlotRows(at::Tensor* rows) {
+  if (!has_hashed_tables()) return;
+  *rows = rows->contiguous();
+  int64_t* r = rows->data_ptr<int64_t>();
+  for (const auto& table : tables_) {
+    if (!table->hashed()) continue;
+    std::vector<int64_t> positions, ids;
+    for (int64_t i = 0; i < rows->numel(); ++i) {
+      if (r[i] >= table->first_row() && r[i] < table->first_row() + table->rows()) {
+        positions.push_back(i);
+        ids.push_back(r[i] - table->first_row());
+      }
+    }
+    if (positions.empty()) continue;
+    at::Tensor slots = SlotsOf(table.get(), at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())},
+                                                          at::TensorOptions().dtype(at::kLong)));
+    const int64_t* s = slots.data_ptr<int64_t>();
+    for (size_t k = 0; k < positions.size(); ++k) r[positions[k]] = table->first_row() + s[k];
+  }
+}
+
+void EmbeddingStorage::SetRowInitSeed(EmbeddingTable* table, uint64_t seed) {
+  TZREC_CHECK(table->storage() == this);
+  std::lock_guard<std::mutex> lock(table->index_mutex_);
+  table->row_init_.seed = seed;
+}
+
+void EmbeddingStorage::ReinitializeTable(EmbeddingTable* table) {
+  TZREC_CHECK(!table->hashed() && table->storage() == this);
+  if (int8_rows_) {
+    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
+    InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
+                       dim_, drawn.data_ptr<float>(), dim_);
+    table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
+    return;
+  }
+  InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
+                     dim_, data() + table->first_row() * row_width_, row_width_);
+  if (row_width_ > dim_) {
+    data_.narrow(0, table->first_row(), table->rows()).narrow(1, dim_, row_width_ - dim_)
+        .fill_(optimizer_->spec().InitialState());
+  }
+}
+
+void EmbeddingStorage::ClearHashedTable(EmbeddingTable* table) {
+  TZREC_CHECK(table->hashed(), "table '", table->name(), "' is not hash-stored");
+  std::lock_guard<std::mutex> lock(table->index_mutex_);
+  table->index_->Clear();
+}
+
+int64_t EmbeddingStorage::resident_bytes() const {
+  int64_t rows = 0;
+  for (const auto& table : tables_) rows += table->resident_rows();
+  return rows * (row_bytes() + (optimizer_ ? 4 : 0));
 }
 
 int32_t* EmbeddingStorage::slots() {

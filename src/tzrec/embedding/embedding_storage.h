@@ -4,17 +4,28 @@
 // Row r of the storage is [weight(dim) | optimizer state(StateWidth(dim))], so the backward
 // update of a row touches one contiguous block (one cache-miss chain instead of two). Tables
 // are row ranges; EmbeddingTable is a named handle onto its range, whose weight and state
-// are strided views (for checkpoints and tests). Not thread-safe: one model uses it at a time;
-// kernels parallelise internally.
+// are strided views (for checkpoints and tests).
+//
+// A hash-stored table (tables bigger than memory) keeps its declared row range but hands its
+// rows out in order of first touch through an id -> row map (HashRowIndex): lookups translate
+// ids to rows first (SlotsOf), so the kernels are the same, and a storage holding one is a
+// lazily-zeroed mapping whose untouched rows take no memory. Initial values come from
+// row_init.h, so a hash-stored table trains exactly as a dense one on the same ids.
+//
+// Thread safety: one model uses a storage at a time (kernels parallelise internally), except
+// SlotsOf, which may run concurrently (inference workers).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "tzrec/common/error.h"
+#include "tzrec/embedding/hash_row_index.h"
+#include "tzrec/embedding/row_init.h"
 #include "tzrec/embedding/sparse_optimizer.h"
 #include "tzrec/kernels/cpu_kernels.h"
 
@@ -25,16 +36,27 @@ class EmbeddingStorage;
 class EmbeddingTable {
  public:
   EmbeddingTable(EmbeddingStorage* storage, std::string name, int64_t first_row, int64_t rows,
-                 bool trainable)
+                 bool trainable, bool hashed)
       : storage_(storage), name_(std::move(name)), first_row_(first_row), rows_(rows),
-        trainable_(trainable) {}
+        trainable_(trainable), index_(hashed ? std::make_unique<HashRowIndex>() : nullptr) {}
   const std::string& name() const { return name_; }
+  // Declared rows (ids are in [0, rows)); a hash-stored table holds resident_rows() of them.
   int64_t rows() const { return rows_; }
+  bool hashed() const { return index_ != nullptr; }
+  int64_t resident_rows() const;
+  // Hash-stored tables: the id of each resident row, in row order (a copy, taken locked).
+  std::vector<int64_t> resident_ids() const;
+  // How the table's rows are initialised, and where this table sits in its logical table
+  // (a shard's first logical row and column); set by EmbeddingStorage::InitializeTable.
+  const RowInit& row_init() const { return row_init_; }
+  int64_t logical_row_begin() const { return logical_row_begin_; }
+  int logical_column_begin() const { return logical_column_begin_; }
   int64_t first_row() const { return first_row_; }
   int dim() const;
   bool trainable() const { return trainable_; }
   EmbeddingStorage* storage() const { return storage_; }
-  // [rows, dim] view of the weights (writable); fp32 storages only.
+  // [rows, dim] view of the weights (writable); fp32 storages only. Hash-stored tables: the
+  // resident rows, [resident_rows(), dim] in row order (ids: resident_ids()).
   at::Tensor weight() const;
   // The rows as stored: weight() for fp32 storages, uint8 [rows, dim + 4] for INT8 ones.
   at::Tensor stored() const;
@@ -47,6 +69,12 @@ class EmbeddingTable {
   int64_t first_row_;
   int64_t rows_;
   bool trainable_;
+  RowInit row_init_;
+  int64_t logical_row_begin_ = 0;
+  int logical_column_begin_ = 0;
+  std::unique_ptr<HashRowIndex> index_;  // hash-stored tables only
+  mutable std::mutex index_mutex_;
+  friend class EmbeddingStorage;
 };
 
 class EmbeddingStorage {
@@ -57,14 +85,37 @@ class EmbeddingStorage {
   EmbeddingStorage(int dim, const SparseOptimizer* optimizer, bool int8_rows = false);
 
   // Adds a table before Allocate(); rows are initialised uniform in +-sqrt(1/rows)
-  // (TorchRec's default) from the global torch generator.
-  EmbeddingTable* AddTable(const std::string& name, int64_t rows, bool trainable);
+  // (TorchRec's default bound) by row_init.h. `hashed`: rows allocated on first touch.
+  EmbeddingTable* AddTable(const std::string& name, int64_t rows, bool trainable, bool hashed = false);
   // With `initialize`, every table is initialised here (in table order).
   void Allocate(bool initialize = true);
   // Initialises `table` as rows [row_begin, +rows) x columns [column_begin, +dim) of a logical
-  // table of logical_rows x logical_dim (a shard: same values as one process would draw).
+  // table of logical_rows x logical_dim (a shard: the same values one process holds). A
+  // hash-stored table only records how: its rows are initialised when first touched.
   void InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
                        int64_t row_begin, int column_begin);
+
+  bool has_hashed_tables() const { return hashed_tables_ > 0; }
+  // Rows of `ids` (int64, local to the table) for the kernels: the ids themselves for a dense
+  // table; for a hash-stored one its rows, an unseen id getting a new, initialised row. An id
+  // outside [0, rows) is an error naming the table. Thread-safe.
+  at::Tensor SlotsOf(EmbeddingTable* table, const at::Tensor& ids);
+  // Storage rows (first_row + row) <-> logical rows (first_row + id) of hash-stored tables,
+  // in place; rows of dense tables are both already. For exchanges between ranks, whose
+  // hash-stored tables hand out rows in different orders. IdRowsToSlotRows inserts unseen ids.
+  void SlotRowsToIdRows(at::Tensor* rows) const;
+  void IdRowsToSlotRows(at::Tensor* rows);
+  // Replaces the seed of `table`'s initial values (an export records the seed training used,
+  // so serving gives never-trained ids the values a dense table would have held).
+  void SetRowInitSeed(EmbeddingTable* table, uint64_t seed);
+  // Initialises a dense `table` again from its RowInit (after SetRowInitSeed); optimizer
+  // state back to its initial value.
+  void ReinitializeTable(EmbeddingTable* table);
+  // Forgets every row of hash-stored `table` (a restore refills it through SlotsOf).
+  void ClearHashedTable(EmbeddingTable* table);
+  // Bytes the tables use now: all rows of dense tables, resident rows of hash-stored ones
+  // (with optimizer state and the backward's 4-byte slot).
+  int64_t resident_bytes() const;
 
   int dim() const { return dim_; }
   int row_width() const { return row_width_; }
@@ -109,6 +160,12 @@ class EmbeddingStorage {
   const SparseOptimizer* optimizer_;
   int64_t total_rows_ = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
+  int hashed_tables_ = 0;
+  const EmbeddingTable* TableOfRow(int64_t row) const;
+  // Writes the initial weights, optimizer state and free backward slot of table rows
+  // [first_row + slots[i]] for logical rows `logical[i]`.
+  void InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
+                        const std::vector<int64_t>& logical);
   at::Tensor data_;
   // 64-byte aligned (a c10 allocation), so the 16-entry blocks the backward partitions by
   // are whole cache lines (malloc aligns to 16 bytes only, so a block could straddle the

@@ -182,7 +182,11 @@ void UpdateDistinctRows(EmbeddingStorage* storage, at::Tensor rows, at::Tensor g
 void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingStorage* storage,
                              const std::vector<LookupArgs>& lookups, int64_t bags, const float* grad) {
   auto [rows, grads] = RowGradientSums(storage->dim(), lookups, bags, grad);
+  // Hash-stored tables number their rows by first touch, differently on every rank: the
+  // exchange speaks ids.
+  storage->SlotRowsToIdRows(&rows);
   exchange(&rows, &grads);
+  storage->IdRowsToSlotRows(&rows);
   if (storage->optimizer().defers_updates()) {
     storage->deferred_gradients().emplace_back(rows, grads);
   } else {

@@ -119,6 +119,7 @@ void BuildModel(Pipeline* p, DistContext* dist) {
     }
   }
   if (!training) tables.int8_tables = p->int8_tables;
+  tables.hash_tables = p->hash_tables;
   p->model->embedding_collection().Materialize(std::move(tables));
   LOG_INFO << "embedding tables: " << (p->model->embedding_collection().table_bytes() >> 20) << " MiB"
            << (training ? " with optimizer state" : "") << "; process RSS "

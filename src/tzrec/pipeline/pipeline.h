@@ -78,6 +78,8 @@ struct Pipeline {
   double dense_base_lr = 0.0;
   // Inference: tables BuildModel stores INT8 row-wise (an export's QUANT_EMB tables).
   std::set<std::string> int8_tables;
+  // Tables hash-stored whatever TZREC_EMBEDDING_STORAGE says (an export's hash-stored ones).
+  std::set<std::string> hash_tables;
   // Inference: build only this tower of a retrieval model (ModelContext::tower).
   std::string tower;
   // Where each table lives (training; logged and saved with checkpoints).

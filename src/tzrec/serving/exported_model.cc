@@ -328,6 +328,7 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
   Json tables = Json::array();
   StoredTables fp32_tables, stored_tables;  // for the scripted model
   int64_t table_bytes = 0, fp32_bytes = 0;
+  bool hashed_tables = false;
   const auto& specs = model.embedding_collection().table_specs();
   std::map<std::string, const EmbeddingTableSpec*> spec_of;
   for (const auto& spec : specs) spec_of[spec.name] = &spec;
@@ -341,18 +342,30 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
         table_bytes += stored.numel() * stored.element_size();
         fp32_bytes += weight.numel() * 4;
         add(name, stored);
-        if (settings.write_scripted_model) {
+        Json entry = {{"name", table}, {"tensor", name}, {"rows", spec.rows}, {"dim", spec.dim},
+                      {"sequence", spec.sequence}, {"dtype", TableDtypeName(dtype)}};
+        auto ids = state.find("ids");
+        if (ids != state.end()) {
+          // Hash-stored: the trained rows only; serving gives other ids their initial values.
+          const std::string ids_name = kTablePrefix + table + ".ids";
+          add(ids_name, ids->second);
+          entry["ids"] = ids_name;
+          entry["storage"] = "hash";
+          entry["init_seed"] = static_cast<uint64_t>(state.at("init_seed").item<int64_t>());
+          hashed_tables = true;
+        } else if (settings.write_scripted_model) {
           fp32_tables[table] = {weight.detach().to(at::kFloat), TableDtype::kFP32, spec.dim};
           stored_tables[table] = {stored, dtype, spec.dim};
         }
-        tables.push_back({{"name", table}, {"tensor", name}, {"rows", spec.rows},
-                          {"dim", spec.dim}, {"sequence", spec.sequence},
-                          {"dtype", TableDtypeName(dtype)}});
+        tables.push_back(entry);
       });
   WriteSafetensors(JoinPath(staging, kExportWeightsFile), tensors,
                    {{"format", kFormatName}, {"manifest", kExportManifestFile}});
   std::string scripted_skipped = "--noscripted_model";
-  if (settings.write_scripted_model) {
+  if (settings.write_scripted_model && hashed_tables) {
+    scripted_skipped = "hash-stored embedding tables have no TorchScript lookup";
+    LOG_INFO << kScriptedModelFile << " not written: " << scripted_skipped;
+  } else if (settings.write_scripted_model) {
     scripted_skipped = WriteScriptedModel(model, pipeline.FeaturePointers(), fp32_tables,
                                           stored_tables, JoinPath(staging, kScriptedModelFile));
     fp32_tables.clear();
@@ -548,6 +561,7 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
     if (keep_int8 && table.value("dtype", "") == "INT8") {
       pipeline->int8_tables.insert(table.value("name", ""));
     }
+    if (table.contains("ids")) pipeline->hash_tables.insert(table.value("name", ""));
   }
   BuildModel(pipeline.get(), nullptr);
 
@@ -584,6 +598,16 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
     // INT8 tables kept INT8 take the stored rows as they are; others are decoded to fp32.
     tables[name]["weight"] = pipeline->int8_tables.count(name) ? stored
                                                                : DequantizeTable(stored, dtype, dim, what);
+    if (table.contains("ids")) {
+      tables[name]["ids"] = TensorOf(weights.Get(table.value("ids", "")), what + " ids");
+    }
+  }
+  for (EmbeddingTable* table : model.embedding_collection().tables()) {
+    for (const Json& entry : manifest["tables"]) {
+      if (entry.value("name", "") == table->name() && entry.contains("init_seed")) {
+        table->storage()->SetRowInitSeed(table, entry["init_seed"].get<uint64_t>());
+      }
+    }
   }
   model.embedding_collection().RestoreTables(tables, false, "export '" + export_dir + "'",
                                              [&](const std::string& what) {

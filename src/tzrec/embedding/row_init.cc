@@ -1,0 +1,62 @@
+#include "tzrec/embedding/row_init.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Generator.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tzrec {
+namespace {
+
+// splitmix64's finaliser: a bijective mix with full avalanche, enough for initial values.
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+inline void InitOneRow(const RowInit& init, int64_t row, int column_begin, int cols, float* out) {
+  const uint64_t row_key = Mix(init.seed ^ Mix(static_cast<uint64_t>(row)));
+  const float scale = static_cast<float>(2.0 * init.bound / 16777216.0);
+  const float low = static_cast<float>(-init.bound);
+  for (int c = 0; c < cols; ++c) {
+    // 24 random bits: every value a float can hold exactly in [0, 1).
+    const uint64_t bits = Mix(row_key + static_cast<uint64_t>(column_begin + c)) >> 40;
+    out[c] = low + scale * static_cast<float>(bits);
+  }
+}
+
+}  // namespace
+
+uint64_t TableInitSeed(const std::string& name) {
+  const uint64_t base = at::detail::getDefaultCPUGenerator().current_seed();
+  uint64_t h = 0xCBF29CE484222325ULL;  // FNV-1a over the name
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001B3ULL;
+  return Mix(base ^ Mix(h));
+}
+
+RowInit RowInit::ForTable(const std::string& name, int64_t logical_rows) {
+  RowInit init;
+  init.seed = TableInitSeed(name);
+  init.bound = std::sqrt(1.0 / static_cast<double>(std::max<int64_t>(1, logical_rows)));
+  return init;
+}
+
+void InitializeRows(const RowInit& init, const int64_t* rows, int64_t n, int column_begin, int cols,
+                    float* out, int64_t stride) {
+  at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) InitOneRow(init, rows[i], column_begin, cols, out + i * stride);
+  });
+}
+
+void InitializeRowRange(const RowInit& init, int64_t row_begin, int64_t n, int column_begin, int cols,
+                        float* out, int64_t stride) {
+  at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) InitOneRow(init, row_begin + i, column_begin, cols, out + i * stride);
+  });
+}
+
+}  // namespace tzrec
