@@ -138,10 +138,10 @@ TEST(SupportedFields, OdpsAndOtherDatasetSettingsAreAccepted) {
 }
 
 TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
-  auto config = ParsePipelineConfigText("model_config { rocket_launching { share_mlp { hidden_units: 8 } } }", "t");
+  auto config = ParsePipelineConfigText("model_config { pepnet { epnet_hidden_unit: 8 } }", "t");
   auto unsupported = FindUnsupportedFields(config);
   bool named = false;
-  for (const auto& u : unsupported) named = named || u.path == "model_config.rocket_launching";
+  for (const auto& u : unsupported) named = named || u.path == "model_config.pepnet";
   EXPECT_TRUE(named);
 }
 

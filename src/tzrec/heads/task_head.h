@@ -92,6 +92,8 @@ class TaskHead {
   void ComputeLosses(const Predictions& predictions, const Batch& batch, NamedLosses* out) const;
   // (loss name, the label values it is defined for) for each configured loss.
   std::vector<std::pair<std::string, LabelDomain>> LabelDomains() const;
+  // Each row's loss weight (see above; undefined: unweighted), for a model's own losses too.
+  at::Tensor LossWeight(const Batch& batch) const;
   // Pareto lower bound of each loss of ComputeLosses.
   std::vector<double> ParetoMinWeights() const;
 
@@ -116,7 +118,6 @@ class TaskHead {
     std::string name;
     std::unique_ptr<TrainMetric> metric;
   };
-  at::Tensor LossWeight(const Batch& batch) const;
   // Holds the arrays a MetricInput points to.
   struct MetricArrays {
     at::Tensor preds, labels, keys;

@@ -212,21 +212,26 @@ std::vector<int64_t> Model::TowerOutputShape(const std::string& tower) const {
 std::map<std::string, std::vector<int64_t>> Model::OutputShapes() const {
   if (!tower_.empty()) return {{TowerOutputName(tower_), TowerOutputShape(tower_)}};
   Predictions probe;
-  for (const auto& head : heads_) head->AddPredictions(at::zeros({1, head->num_class()}), &probe);
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (HeadPredictsIn(i, false)) heads_[i]->AddPredictions(at::zeros({1, heads_[i]->num_class()}), &probe);
+  }
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [name, tensor] : probe) shapes[name] = tensor.sizes().slice(1).vec();
   return shapes;
 }
 
-TaskHead& Model::AddRankHead() { return AddModelHead(TaskSpec::Match::kNone); }
+TaskHead& Model::AddRankHead(const std::string& suffix_name) {
+  return AddModelHead(TaskSpec::Match::kNone, suffix_name);
+}
 
 TaskHead& Model::AddMatchHead(bool in_batch_negative) {
   return AddModelHead(in_batch_negative ? TaskSpec::Match::kDiagonal : TaskSpec::Match::kFirstColumn);
 }
 
-TaskHead& Model::AddModelHead(TaskSpec::Match match) {
+TaskHead& Model::AddModelHead(TaskSpec::Match match, const std::string& suffix_name) {
   TaskSpec spec;
   spec.where = "model_config";
+  spec.tower_name = suffix_name;
   if (!head_context_.label_fields.empty()) spec.label_name = head_context_.label_fields[0];
   spec.num_class = static_cast<int>(config_.num_class());
   spec.losses = &config_.losses();
@@ -282,7 +287,9 @@ Predictions Model::HeadPredictions(const std::vector<at::Tensor>& outputs) const
 
 NamedLosses Model::ComputeLosses(const Predictions& predictions, const Batch& batch) const {
   NamedLosses losses;
-  for (const auto& head : heads_) head->ComputeLosses(predictions, batch, &losses);
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (HeadPredictsIn(i, is_training())) heads_[i]->ComputeLosses(predictions, batch, &losses);
+  }
   AddModelLosses(predictions, batch, &losses);
   return losses;
 }
@@ -331,17 +338,22 @@ at::Tensor Model::TotalLoss(const NamedLosses& losses) {
 }
 
 void Model::UpdateMetrics(const Predictions& predictions, const Batch& batch, const NamedLosses& losses) {
-  for (auto& head : heads_) head->UpdateMetrics(predictions, batch, losses);
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (HeadPredictsIn(i, false)) heads_[i]->UpdateMetrics(predictions, batch, losses);
+  }
 }
 
 std::map<std::string, double> Model::ComputeMetrics(Collectives* comm) {
   std::vector<Metric*> metrics;
-  for (auto& head : heads_) {
-    for (Metric* m : head->MetricObjects()) metrics.push_back(m);
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (!HeadPredictsIn(i, false)) continue;
+    for (Metric* m : heads_[i]->MetricObjects()) metrics.push_back(m);
   }
   CombineOverRanks(metrics, comm);
   std::map<std::string, double> values;
-  for (const auto& head : heads_) head->AddMetricValues(&values);
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (HeadPredictsIn(i, false)) heads_[i]->AddMetricValues(&values);
+  }
   return values;
 }
 
@@ -350,12 +362,16 @@ void Model::ResetMetrics() {
 }
 
 void Model::UpdateTrainMetrics(const Predictions& predictions, const Batch& batch, Collectives* comm) {
-  for (auto& head : heads_) head->UpdateTrainMetrics(predictions, batch, comm);
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (HeadPredictsIn(i, true)) heads_[i]->UpdateTrainMetrics(predictions, batch, comm);
+  }
 }
 
 std::map<std::string, double> Model::TrainMetricValues() const {
   std::map<std::string, double> values;
-  for (const auto& head : heads_) head->AddTrainMetricValues(&values);
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    if (HeadPredictsIn(i, true)) heads_[i]->AddTrainMetricValues(&values);
+  }
   return values;
 }
 

@@ -138,8 +138,14 @@ class Model : public torch::nn::Module {
   void ScriptHeadPredictions(ScriptWriter& w, const std::vector<std::string>& outputs) const;
 
   // A single-task ranking model's head: model_config's losses, metrics, train_metrics and
-  // num_class, the first label field and the first sample weight field.
-  TaskHead& AddRankHead();
+  // num_class, the first label field and the first sample weight field. `suffix_name` (e.g.
+  // "light") names its outputs, losses and metrics "<name>_light" for a model that scores the
+  // one task with several networks.
+  TaskHead& AddRankHead(const std::string& suffix_name = "");
+  // Whether head `head` predicts in training (`training`) or in evaluation and inference; a
+  // head that does not gets no losses there, and no eval metrics (or train metrics) when it
+  // does not predict in inference (or training). RocketLaunching's booster trains only.
+  virtual bool HeadPredictsIn(size_t head, bool training) const { return true; }
   // A retrieval model's head (heads/task_head.h: match heads): model_config's losses and
   // metrics; positives in column 0 of the similarity, or on its diagonal with in-batch negatives.
   TaskHead& AddMatchHead(bool in_batch_negative);
@@ -154,7 +160,7 @@ class Model : public torch::nn::Module {
 
  private:
   // The one head of a single-task model from model_config's losses and metrics.
-  TaskHead& AddModelHead(TaskSpec::Match match);
+  TaskHead& AddModelHead(TaskSpec::Match match, const std::string& suffix_name = "");
   protos::ModelConfig config_;
   std::vector<const Feature*> features_;
   HeadContext head_context_;

@@ -201,6 +201,7 @@ MLPImpl::MLPImpl(int64_t in_features, const protos::MLP& config, const std::stri
     int64_t out = CheckedWidth(config.hidden_units(i), StrCat(where, ".hidden_units[", i, "]"));
     mlp_->push_back(Perceptron(in, out, config.activation(), config.use_bn(), config.bias(),
                                dropout[i], config.use_ln(), where));
+    layer_dims_.push_back(out);
     in = out;
   }
   output_dim_ = in;
@@ -221,6 +222,16 @@ at::Tensor MLPImpl::forward(const at::Tensor& input) {
   at::Tensor net = input;
   for (const auto& layer : *mlp_) net = layer->as<PerceptronImpl>()->forward(net);
   return net;
+}
+
+std::vector<at::Tensor> MLPImpl::ForwardLayers(const at::Tensor& input) {
+  std::vector<at::Tensor> outputs;
+  at::Tensor net = input;
+  for (const auto& layer : *mlp_) {
+    net = layer->as<PerceptronImpl>()->forward(net);
+    outputs.push_back(net);
+  }
+  return outputs;
 }
 
 std::string ScriptLayerNorm(ScriptWriter& w, const torch::nn::LayerNormImpl& ln, const std::string& input,

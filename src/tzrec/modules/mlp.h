@@ -84,6 +84,10 @@ class MLPImpl : public torch::nn::Module {
   // `where` names the config field for errors, e.g. "model_config.deepfm.deep".
   MLPImpl(int64_t in_features, const protos::MLP& config, const std::string& where);
   at::Tensor forward(const at::Tensor& input);
+  // Every layer's output in order (the last is forward's).
+  std::vector<at::Tensor> ForwardLayers(const at::Tensor& input);
+  // Output width of each layer (its hidden_units).
+  std::vector<int64_t> layer_dims() const { return layer_dims_; }
   int64_t output_dim() const { return output_dim_; }
   // The first layer's Linear, and the whole MLP given that Linear's output: for callers that
   // compute the first product in pieces (DIN's attention MLP over [q, s, q - s, q * s]).
@@ -95,6 +99,7 @@ class MLPImpl : public torch::nn::Module {
 
  private:
   torch::nn::ModuleList mlp_;
+  std::vector<int64_t> layer_dims_;
   int64_t output_dim_;
 };
 TORCH_MODULE(MLP);
