@@ -320,6 +320,13 @@ TEST(Distributed, TwoRanksMatchOneProcessWithWeightedAndMeanPooledShardedTables)
 // exchange or on the rows' owner), dense norm clipping, the dense EMA and a grad scaler
 // (growing every 2 updates; every rank unscales alike): the merged and accumulated gradients
 // are the same as one process's.
+// Hash-stored tables hand out rows in each rank's own order of first touch; their gradient
+// exchange speaks ids, so two ranks with every table hash-stored still train as one process
+// with dense tables.
+TEST(Distributed, TwoRanksWithHashStoredTablesMatchOneProcess) {
+  TwoRanksMatchOneProcess("data_parallel", "deepfm_mock", "cat_4", {}, "", "TZREC_EMBEDDING_STORAGE=hash");
+}
+
 TEST(Distributed, TwoRanksMatchOneProcessWithAccumulationClippingAndEma) {
   for (const char* sharding : {"data_parallel", "row_wise"}) {
     TwoRanksMatchOneProcess(sharding, "deepfm_fg_dag", "user_id", {"cate"},

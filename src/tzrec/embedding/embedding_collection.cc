@@ -91,13 +91,7 @@ std::set<std::string> EmbeddingCollection::ChooseHashedTables(const MaterializeO
     if (forced && !shardable(spec)) Fail("hash-stored table '", spec.name, "' cannot be sharded");
     if (forced || (policy == "hash" && shardable(spec))) hashed.insert(spec.name);
   }
-  if (options.exchange && !hashed.empty()) {
-    // Two ranks with hash-stored tables drifted from one process by 2.7e-4 on one table of
-    // deepfm_fg_dag (dense tables: below 1e-4); until that is understood, one process only.
-    Fail("hash-stored embedding tables ('", *hashed.begin(), "') train in one process only for now; ",
-         "under launch, let the planner shard tables that do not fit (TZREC_EMBEDDING_STORAGE=dense)");
-  }
-  if (policy == "auto" && !options.exchange) {
+  if (policy == "auto") {
     const int64_t memory = UsableMemoryBytes();
     std::vector<std::pair<int64_t, const EmbeddingTableSpec*>> dense;
     int64_t total = 0;
