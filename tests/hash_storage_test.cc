@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "export_test_util.h"
+#include "model_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
@@ -149,6 +150,36 @@ TEST(HashStorage, MemoryFollowsTheRowsTouchedNotTheDeclaredRows) {
               static_cast<long long>(grown >> 20));
   EXPECT_LT(grown, int64_t{256} << 20);
   EXPECT_LT(table->weight().max().item<float>(), 0.0f + std::sqrt(1.0 / 200'000'000));  // stepped down
+}
+
+TEST(HashStorage, BadSavedRowsFailNamingTheTable) {
+  StoragePolicy scoped("hash");
+  auto pipeline = testing::BuildTestPipeline(R"(
+    data_config { dataset_type: CsvDataset label_fields: "label" }
+    feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 2 } }
+    model_config {
+      feature_groups { group_name: "wide" feature_names: ["a"] group_type: WIDE }
+      feature_groups { group_name: "deep" feature_names: ["a"] group_type: DEEP }
+      deepfm { deep { hidden_units: [2] } }
+      losses { binary_cross_entropy {} }
+    })", /*training=*/false);
+  EmbeddingCollection& tables = pipeline->model->embedding_collection();
+  ASSERT_EQ(tables.hashed_tables(), (std::set<std::string>{"a_emb", "a_emb_wide"}));
+  auto restore = [&](at::Tensor ids, at::Tensor weight) {
+    std::map<std::string, std::map<std::string, at::Tensor>> saved;
+    saved["a_emb"] = {{"ids", ids}, {"weight", weight}};
+    tables.RestoreTables(saved, false, "ckpt", [](const std::string&) {});
+  };
+  EXPECT_TZREC_ERROR(restore(Ids({0, 0}), torch::zeros({2, 2})), "ckpt: table a_emb has repeated ids");
+  EXPECT_TZREC_ERROR(restore(Ids({3}), torch::zeros({1, 2})), "ckpt: table a_emb has ids outside [0, 3)");
+  EXPECT_TZREC_ERROR(restore(Ids({1}), torch::zeros({2, 2})), "ckpt: table a_emb is Float [2, 2] for 1 ids");
+  EXPECT_TZREC_ERROR(restore(torch::zeros({1}), torch::zeros({1, 2})), "ids are Float [1], not int64 [n]");
+  restore(Ids({2}), torch::full({1, 2}, 0.5f));
+  EmbeddingTable* table = nullptr;
+  for (EmbeddingTable* t : tables.tables()) table = t->name() == "a_emb" ? t : table;
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->resident_ids(), (std::vector<int64_t>{2}));
+  EXPECT_TRUE(torch::equal(table->weight(), torch::full({1, 2}, 0.5f)));
 }
 
 // Trains the small config into `model_dir` under `policy`; returns its last checkpoint.
