@@ -158,23 +158,10 @@ TEST(DC2VR, TrainsEachTowerToItsOracleAndExports) {
                       losses { binary_cross_entropy {} } metrics { auc {} } }
       }
     })";
-  testing::WriteFile(dir.File("pipeline.config"), text);
-  GenDataOptions gen;
-  gen.output_dir = dir.File("data");
-  gen.train_rows = 100000;
-  gen.eval_rows = 15000;
-  gen.first_order_variance = 4.0;
-  gen.interaction_variance = 0.0;
-  GenerateMockData(ParsePipelineConfigText(text, "test"), gen);
-  const auto oracle = nlohmann::json::parse(ReadFileToString(dir.File("data/oracle.json")));
+  const testing::PlantedRun run = testing::TrainOnPlantedData(dir, text, 100000, 15000);
+  const auto& oracle = run.oracle;
+  const auto& result = run.result;
   ASSERT_TRUE(oracle.contains("towers")) << oracle.dump();
-  TrainEvalOptions options;
-  options.pipeline_config_path = dir.File("pipeline.config");
-  options.model_dir = dir.File("model");
-  options.train_input_path = dir.File("data/train/*.parquet");
-  options.eval_input_path = dir.File("data/eval/*.parquet");
-  TrainAndEvaluate(options);
-  const auto result = testing::LastEvalResult(dir.File("model"));
   for (const auto& [tower, info] : oracle["towers"].items()) {
     SCOPED_TRACE(tower);
     const double oracle_auc = info["oracle_auc"].get<double>();

@@ -160,22 +160,9 @@ TEST(RocketLaunching, TrainsToTheOracleAndExportsTheLightNet) {
                          feature_based_distillation: true }
       losses { binary_cross_entropy {} } metrics { auc {} }
     })";
-  testing::WriteFile(dir.File("pipeline.config"), text);
-  GenDataOptions gen;
-  gen.output_dir = dir.File("data");
-  gen.train_rows = 40000;
-  gen.eval_rows = 10000;
-  gen.first_order_variance = 4.0;
-  gen.interaction_variance = 0.0;
-  GenerateMockData(ParsePipelineConfigText(text, "test"), gen);
-  const double oracle = nlohmann::json::parse(ReadFileToString(dir.File("data/oracle.json")))["oracle_auc"].get<double>();
-  TrainEvalOptions options;
-  options.pipeline_config_path = dir.File("pipeline.config");
-  options.model_dir = dir.File("model");
-  options.train_input_path = dir.File("data/train/*.parquet");
-  options.eval_input_path = dir.File("data/eval/*.parquet");
-  TrainAndEvaluate(options);
-  const auto result = testing::LastEvalResult(dir.File("model"));
+  const testing::PlantedRun run = testing::TrainOnPlantedData(dir, text, 40000, 10000);
+  const double oracle = run.oracle["oracle_auc"].get<double>();
+  const auto& result = run.result;
   EXPECT_FALSE(result.contains("auc_booster")) << result.dump();
   const double auc = result["auc_light"].get<double>();
   std::printf("[ rocket   ] light net eval AUC %.4f, oracle %.4f\n", auc, oracle);

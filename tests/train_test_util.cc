@@ -120,6 +120,25 @@ std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
   return all;
 }
 
+PlantedRun TrainOnPlantedData(const TempDir& dir, const std::string& config_text, int64_t train_rows,
+                              int64_t eval_rows) {
+  WriteFile(dir.File("pipeline.config"), config_text);
+  GenDataOptions gen;
+  gen.output_dir = dir.File("data");
+  gen.train_rows = train_rows;
+  gen.eval_rows = eval_rows;
+  gen.first_order_variance = 4.0;
+  gen.interaction_variance = 0.0;
+  GenerateMockData(ParsePipelineConfigText(config_text, dir.File("pipeline.config")), gen);
+  TrainEvalOptions options;
+  options.pipeline_config_path = dir.File("pipeline.config");
+  options.model_dir = dir.File("model");
+  options.train_input_path = dir.File("data/train/*.parquet");
+  options.eval_input_path = dir.File("data/eval/*.parquet");
+  TrainAndEvaluate(options);
+  return {LastEvalResult(dir.File("model")), nlohmann::json::parse(ReadFileToString(dir.File("data/oracle.json")))};
+}
+
 std::string TrainAndExportSmallModel(const TempDir& dir) {
   std::string config = WriteSmallConfig(dir);
   TrainAndEvaluate(SmallOptions(dir, config, dir.File("model")));

@@ -36,6 +36,15 @@ TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
 // steps) in dir/data, and options that train `config_path` on it into dir/model.
 TrainEvalOptions MockDataOptions(const TempDir& dir, const protos::EasyRecConfig& config,
                                  const std::string& config_path);
+// `config_text` written to dir/pipeline.config, planted data for it in dir/data (gen_data with
+// a first-order signal of variance 4 and no pairwise interactions, Parquet), trained into
+// dir/model. Returns the last eval result and gen_data's oracle.json.
+struct PlantedRun {
+  nlohmann::json result;
+  nlohmann::json oracle;
+};
+PlantedRun TrainOnPlantedData(const TempDir& dir, const std::string& config_text, int64_t train_rows,
+                              int64_t eval_rows);
 // The weights of a checkpoint (table optimizer state left out).
 std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint);
 // Seeded, deterministic algorithms (bit-identical reruns).
