@@ -516,13 +516,18 @@ TEST(MixedPrecision, Bf16TrainsNearFp32AndTheExportKeepsItsPrecision) {
   TrainAndEvaluate(fp32);
   const auto a = testing::LoadModelFile(ListCheckpoints(dir.File("bf16")).back().path);
   const auto b = testing::LoadModelFile(ListCheckpoints(dir.File("fp32")).back().path);
+  // Per tensor, relative to its norm: an element-wise bound does not hold for embedding rows,
+  // whose first Adagrad step moves each element by +-lr whatever the gradient's size, so a tiny
+  // gradient that BF16 rounding flips moves an element by 2 lr (seen: 0.08 on one element,
+  // 4% of the table's norm).
   double max_diff = 0.0;
   for (const auto& [name, tensor] : a) {
     EXPECT_TRUE(at::isfinite(tensor).all().item<bool>()) << name;
-    max_diff = std::max(max_diff, (tensor - b.at(name)).abs().max().item<double>());
+    const at::Tensor diff = tensor - b.at(name);
+    max_diff = std::max(max_diff, diff.abs().max().item<double>());
+    EXPECT_LT(diff.norm().item<double>(), 0.1 * b.at(name).norm().item<double>() + 1e-6) << name;
   }
   EXPECT_GT(max_diff, 0.0);
-  EXPECT_LT(max_diff, 0.05);
   const double auc_bf16 = testing::LastEvalResult(dir.File("bf16"))["auc"].get<double>();
   const double auc_fp32 = testing::LastEvalResult(dir.File("fp32"))["auc"].get<double>();
   EXPECT_NEAR(auc_bf16, auc_fp32, 0.02);
