@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <string>
 
@@ -153,7 +154,8 @@ GenDataResult MockData(const testing::TempDir& dir, int64_t train_rows, int64_t 
 void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& example = "deepfm_mock",
                              const std::string& grouping_key = "cat_4",
                              const std::set<std::string>& mean_pooled = {},
-                             const std::string& extra_edits = "", const std::string& two_rank_env = "") {
+                             const std::string& extra_edits = "", const std::string& two_rank_env = "",
+                             const std::function<void(protos::EasyRecConfig*)>& adjust = nullptr) {
   SCOPED_TRACE(sharding + " " + example + " " + extra_edits + " " + two_rank_env);
   testing::TempDir dir;
   // The example plus a decayed train AUC, logged with the losses.
@@ -165,6 +167,7 @@ void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& exa
         feature.mutable_id_feature()->set_pooling("mean");
       }
     }
+    if (adjust) adjust(&cfg);
     auto* train_auc = cfg.mutable_model_config()->add_train_metrics();
     train_auc->mutable_auc();
     train_auc->set_decay_step(4);
@@ -216,6 +219,8 @@ void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& exa
   }
   for (auto& kv : x) {
     ASSERT_TRUE(y.count(kv.first)) << kv.first;
+    // A zch history holds a rank's ids: sized on its first batch, half the one process's.
+    if (EndsWith(kv.first, ".zch_history_capacity")) continue;
     // Hash-stored tables save their touched rows: compare those.
     auto ids = y.find(kv.first.substr(0, kv.first.find(".weight") + 7) + ".ids");
     const bool both_sparse = ids != y.end() && x.count(ids->first);
@@ -325,6 +330,31 @@ TEST(Distributed, TwoRanksMatchOneProcessWithWeightedAndMeanPooledShardedTables)
 // with dense tables.
 TEST(Distributed, TwoRanksWithHashStoredTablesMatchOneProcess) {
   TwoRanksMatchOneProcess("data_parallel", "deepfm_mock", "cat_4", {}, "", "TZREC_EMBEDDING_STORAGE=hash");
+}
+
+// zch tables: each rank records its own ids, rounds admit from the union of the ranks'
+// histories, so every rank keeps the index one process keeps over the global batch. Tables of
+// 24 / 40 rows against ids over 1000 and 500 evict every step; table-wise sharding maps ids
+// to rows before the exchange.
+TEST(Distributed, TwoRanksWithZchTablesMatchOneProcess) {
+  auto zch = [](protos::EasyRecConfig* config) {
+    int n = 0;
+    for (auto& feature : *config->mutable_feature_configs()) {
+      if (!feature.has_id_feature() || n >= 2) continue;
+      auto* spec = feature.mutable_id_feature()->mutable_zch();
+      spec->set_zch_size(n == 0 ? 24 : 40);
+      spec->set_eviction_interval(1);
+      if (n++ == 0) {
+        spec->mutable_lfu();
+      } else {
+        spec->mutable_distance_lfu();
+      }
+    }
+    ASSERT_EQ(n, 2);
+  };
+  for (const char* sharding : {"data_parallel", "table_wise"}) {
+    TwoRanksMatchOneProcess(sharding, "deepfm_mock", "cat_4", {}, "", "", zch);
+  }
 }
 
 TEST(Distributed, TwoRanksMatchOneProcessWithAccumulationClippingAndEma) {

@@ -7,6 +7,7 @@
 #include <ATen/ops/_unique.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -29,7 +30,7 @@ int64_t EmbeddingCollection::TableBytes(const EmbeddingTableSpec& spec,
 
 int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
                                   const std::string& feature, const std::string& where,
-                                  bool sequence) {
+                                  bool sequence, const fg::ZchSpec* zch) {
   TZREC_CHECK(!materialized_, "table '", name, "' added after Materialize");
   for (size_t i = 0; i < specs_.size(); ++i) {
     EmbeddingTableSpec& spec = specs_[i];
@@ -45,12 +46,17 @@ int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim
     if (spec.trainable != trainable) {
       Fail(where, ": embedding '", name, "' is shared by trainable and frozen features");
     }
+    if (spec.zch.has_value() != (zch != nullptr) || (zch && !(*spec.zch == *zch))) {
+      Fail(where, ": embedding '", name, "' is shared by features with different zch settings (",
+           spec.zch ? spec.zch->Describe() : "none", " vs ", zch ? zch->Describe() : "none", ")");
+    }
     if (std::find(spec.features.begin(), spec.features.end(), feature) == spec.features.end()) {
       spec.features.push_back(feature);
     }
     return static_cast<int>(i);
   }
-  specs_.push_back({name, rows, dim, trainable, {feature}, sequence});
+  specs_.push_back({name, rows, dim, trainable, {feature}, sequence,
+                    zch ? std::optional<fg::ZchSpec>(*zch) : std::nullopt});
   return static_cast<int>(specs_.size() - 1);
 }
 
@@ -89,6 +95,8 @@ std::set<std::string> EmbeddingCollection::ChooseHashedTables(const MaterializeO
   for (const EmbeddingTableSpec& spec : specs_) {
     const bool forced = options.hash_tables.count(spec.name) > 0;
     if (forced && !shardable(spec)) Fail("hash-stored table '", spec.name, "' cannot be sharded");
+    if (forced && spec.zch) Fail("zch table '", spec.name, "' cannot be hash-stored");
+    if (spec.zch) continue;  // zch_size rows, all in use: dense
     if (forced || (policy == "hash" && shardable(spec))) hashed.insert(spec.name);
   }
   if (policy == "auto") {
@@ -96,7 +104,7 @@ std::set<std::string> EmbeddingCollection::ChooseHashedTables(const MaterializeO
     std::vector<std::pair<int64_t, const EmbeddingTableSpec*>> dense;
     int64_t total = 0;
     for (const EmbeddingTableSpec& spec : specs_) {
-      if (hashed.count(spec.name) || !shardable(spec)) continue;
+      if (hashed.count(spec.name) || !shardable(spec) || spec.zch) continue;
       const int64_t bytes = options.int8_tables.count(spec.name) ? spec.rows * (spec.dim + 4)
                                                                  : TableBytes(spec, optimizer_ ? &optimizer_->spec() : nullptr);
       dense.emplace_back(bytes, &spec);
@@ -233,12 +241,93 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
   };
   by_storage(lookups_, &storage_lookups_);
   by_storage(sequence_lookups_, &storage_sequence_lookups_);
+  zch_.clear();
+  zch_.resize(specs_.size());
+  for (size_t t = 0; t < specs_.size(); ++t) {
+    if (specs_[t].zch) zch_[t] = std::make_unique<ZchRowIndex>(*specs_[t].zch, specs_[t].name);
+  }
   materialized_ = true;
+}
+
+const ZchRowIndex* EmbeddingCollection::zch_index(const std::string& table) const {
+  for (size_t t = 0; t < specs_.size() && t < zch_.size(); ++t) {
+    if (specs_[t].name == table) return zch_[t].get();
+  }
+  return nullptr;
+}
+
+void EmbeddingCollection::ProfileZchTables(const Batch& batch) {
+  for (size_t t = 0; t < zch_.size(); ++t) {
+    ZchRowIndex* index = zch_[t].get();
+    if (!index) continue;
+    std::vector<at::Tensor> held;
+    std::vector<std::pair<const int64_t*, int64_t>> parts;
+    auto add = [&](const at::Tensor& values) {
+      held.push_back(values.contiguous());
+      parts.emplace_back(held.back().data_ptr<int64_t>(), held.back().numel());
+    };
+    for (const LookupSpec& lookup : lookups_) {
+      if (lookup.table == static_cast<int>(t)) add(batch.Sparse(lookup.feature->name(), lookup.feature->data_group()).values);
+    }
+    for (const LookupSpec& lookup : sequence_lookups_) {
+      if (lookup.table == static_cast<int>(t)) add(batch.Sequence(lookup.feature->name(), lookup.feature->data_group()).values);
+    }
+    if (!index->Record(parts)) continue;
+    ZchRowIndex::History history = index->TakeHistory();
+    if (comm_ && comm_->world_size() > 1) {
+      // Every rank admits from the union of the ranks' rounds, so the indexes stay identical.
+      const int64_t n = static_cast<int64_t>(history.ids.size());
+      const at::Tensor sizes = comm_->AllGather(at::full({1}, n, at::kLong));
+      const int64_t most = std::max<int64_t>(sizes.max().item<int64_t>(), 1);
+      at::Tensor mine = at::zeros({most, 3}, at::kLong);
+      int64_t* m = mine.data_ptr<int64_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        m[i * 3] = history.ids[i];
+        m[i * 3 + 1] = history.counts[i];
+        m[i * 3 + 2] = history.last_access[i];
+      }
+      const at::Tensor all = comm_->AllGather(mine);
+      std::vector<ZchRowIndex::History> parts_of_ranks(comm_->world_size());
+      for (int r = 0; r < comm_->world_size(); ++r) {
+        const int64_t* a = all.data_ptr<int64_t>() + r * most * 3;
+        for (int64_t i = 0; i < sizes[r].item<int64_t>(); ++i) {
+          parts_of_ranks[r].ids.push_back(a[i * 3]);
+          parts_of_ranks[r].counts.push_back(a[i * 3 + 1]);
+          parts_of_ranks[r].last_access.push_back(a[i * 3 + 2]);
+        }
+      }
+      history = ZchRowIndex::History::Merge(parts_of_ranks);
+    }
+    const std::vector<int64_t> rows = index->Evict(history);
+    if (rows.empty()) continue;
+    // TorchRec resets evicted rows to their initial values with fresh optimizer state.
+    EmbeddingTable* table = tables_[t];
+    std::vector<int64_t> local;
+    const TableShard* shard = ShardOf(table);
+    for (int64_t row : rows) {
+      if (!shard) {
+        local.push_back(row);
+      } else if (row >= shard->row_begin(shard->rank) && row < shard->row_end(shard->rank)) {
+        local.push_back(row - shard->row_begin(shard->rank));
+      }
+    }
+    table->storage()->ResetRows(table, local);
+  }
+}
+
+at::Tensor EmbeddingCollection::RowsOf(int t, const at::Tensor& ids) {
+  EmbeddingTable* table = tables_[t];
+  if (!zch_[t]) return table->storage()->SlotsOf(table, ids);
+  const at::Tensor in = ids.contiguous();
+  at::Tensor rows = at::empty({in.numel()}, at::kLong);
+  zch_[t]->Map(in.data_ptr<int64_t>(), in.numel(), rows.data_ptr<int64_t>());
+  return rows;
 }
 
 LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
   TZREC_CHECK(materialized_, "EmbeddingCollection::Materialize was not called");
   TZREC_CHECK(!training || optimizer_ != nullptr, "training lookup without a sparse optimizer");
+  if (training) ProfileZchTables(batch);
   LookupOutputs out;
   out.storage_out.resize(storages_.size());
   out.storage_dim = storage_out_dims_;
@@ -272,7 +361,7 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
         weights = ids.weights.defined() ? ids.weights : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
       }
       EmbeddingTable* table = tables_[lookup.table];
-      pooled.push_back({table->storage()->SlotsOf(table, ids.values), ids.offsets, table,
+      pooled.push_back({RowsOf(lookup.table, ids.values), ids.offsets, table,
                         feature->pooling() == "mean", weights});
       out.storage_of[i] = static_cast<int>(s);
       out.position_of[i] = static_cast<int>(k);
@@ -286,7 +375,7 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
         weights = ids.weights.defined() ? ids.weights : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
       }
       EmbeddingTable* table = tables_[lookup.table];
-      sequences.push_back({table->storage()->SlotsOf(table, ids.values), ids.key_offsets, table,
+      sequences.push_back({RowsOf(lookup.table, ids.values), ids.key_offsets, table,
                            feature->pooling() == "mean", weights});
       if (bags < 0) bags = batch.group(feature->data_group()).size;
     }
@@ -514,12 +603,85 @@ int EmbeddingCollection::RestoreRows(EmbeddingTable* table, const std::map<std::
   return restored;
 }
 
+namespace {
+
+at::Tensor LongTensor(const std::vector<int64_t>& values) {
+  at::Tensor out = at::empty({static_cast<int64_t>(values.size())}, at::kLong);
+  std::copy(values.begin(), values.end(), out.data_ptr<int64_t>());
+  return out;
+}
+
+std::vector<int64_t> LongVector(const at::Tensor& tensor, const std::string& what) {
+  if (tensor.scalar_type() != at::kLong || tensor.dim() > 1) {
+    Fail(what, " is ", tensor.scalar_type(), " ", tensor.sizes(), ", not int64 [n]");
+  }
+  const at::Tensor flat = tensor.contiguous().reshape({-1});
+  return std::vector<int64_t>(flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel());
+}
+
+}  // namespace
+
+void EmbeddingCollection::AddZchState(int t, std::map<std::string, at::Tensor>* tensors) const {
+  if (t >= static_cast<int>(zch_.size()) || !zch_[t]) return;
+  ZchRowIndex::State state = zch_[t]->SaveState();
+  (*tensors)["zch_ids"] = LongTensor(state.sorted_ids);
+  (*tensors)["zch_rows"] = LongTensor(state.rows);
+  if (!state.counts.empty()) (*tensors)["zch_counts"] = LongTensor(state.counts);
+  if (!state.last_access.empty()) (*tensors)["zch_last_access_iter"] = LongTensor(state.last_access);
+  (*tensors)["zch_step"] = at::scalar_tensor(state.step, at::kLong);
+  (*tensors)["zch_history_capacity"] = at::scalar_tensor(state.history_capacity, at::kLong);
+}
+
+int EmbeddingCollection::RestoreZchState(int t, const std::map<std::string, at::Tensor>* saved,
+                                         const std::string& source,
+                                         const std::function<void(const std::string&)>& missing) {
+  ZchRowIndex* index = zch_[t].get();
+  const std::string& name = specs_[t].name;
+  if (!saved || !saved->count("zch_ids") || !saved->count("zch_rows") || !saved->count("zch_step")) {
+    missing(name + " zch state");
+    return 0;
+  }
+  const bool counts = index->spec().policy != fg::ZchSpec::Policy::kLru;
+  const bool last = index->spec().policy != fg::ZchSpec::Policy::kLfu;
+  ZchRowIndex::State state;
+  const std::string what = source + ": table " + name;
+  state.sorted_ids = LongVector(saved->at("zch_ids"), what + " zch_ids");
+  state.rows = LongVector(saved->at("zch_rows"), what + " zch_rows");
+  const std::vector<int64_t> step = LongVector(saved->at("zch_step"), what + " zch_step");
+  if (step.size() != 1) Fail(what, " zch_step is not one int64");
+  state.step = step[0];
+  auto capacity = saved->find("zch_history_capacity");
+  if (capacity != saved->end()) {
+    const std::vector<int64_t> value = LongVector(capacity->second, what + " zch_history_capacity");
+    if (value.size() != 1) Fail(what, " zch_history_capacity is not one int64");
+    state.history_capacity = value[0];
+  }
+  const std::tuple<const char*, bool, std::vector<int64_t>*> metadata[] = {
+      {"zch_counts", counts, &state.counts}, {"zch_last_access_iter", last, &state.last_access}};
+  for (const auto& [key, wanted, out] : metadata) {
+    if (!wanted) continue;
+    auto it = saved->find(key);
+    if (it == saved->end()) {
+      // Saved under another policy: the slots keep their ids, this policy's metadata starts over.
+      LOG_WARNING << what << " has no " << key << " (saved with another eviction policy): starting it at 0";
+      out->assign(index->size(), 0);
+    } else {
+      *out = LongVector(it->second, what + " " + key);
+    }
+  }
+  index->RestoreState(std::move(state), what);
+  return 1;
+}
+
 void EmbeddingCollection::VisitTableStates(
     bool with_optimizer_state,
     const std::function<void(const std::string&, const std::map<std::string, at::Tensor>&)>& fn) const {
-  for (const EmbeddingTable* table : tables_) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const EmbeddingTable* table = tables_[t];
     if (const TableShard* shard = ShardOf(table)) {
-      fn(table->name(), GatherTable(table, *shard, with_optimizer_state));
+      std::map<std::string, at::Tensor> tensors = GatherTable(table, *shard, with_optimizer_state);
+      AddZchState(static_cast<int>(t), &tensors);
+      fn(table->name(), tensors);
       continue;
     }
     // INT8 inference tables read back as the fp32 values their lookups use.
@@ -541,6 +703,7 @@ void EmbeddingCollection::VisitTableStates(
       // The seed of the initial values of rows not saved (restored with the rows).
       tensors["init_seed"] = at::scalar_tensor(static_cast<int64_t>(table->row_init().seed), at::kLong);
     }
+    AddZchState(static_cast<int>(t), &tensors);
     fn(table->name(), tensors);
   }
 }
@@ -549,9 +712,14 @@ int EmbeddingCollection::RestoreTables(
     const std::map<std::string, std::map<std::string, at::Tensor>>& saved, bool with_optimizer_state,
     const std::string& source, const std::function<void(const std::string&)>& missing) {
   int restored = 0;
-  for (EmbeddingTable* table : tables_) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    EmbeddingTable* table = tables_[t];
     const TableShard* shard = ShardOf(table);
     auto saved_table = saved.find(table->name());
+    if (zch_[t]) {
+      restored += RestoreZchState(static_cast<int>(t), saved_table == saved.end() ? nullptr : &saved_table->second,
+                                  source, missing);
+    }
     if (saved_table != saved.end() && (table->hashed() || saved_table->second.count("ids"))) {
       if (shard) Fail(source, ": table ", table->name(), " was saved hash-stored and cannot restore into a sharded table");
       restored += RestoreRows(table, saved_table->second, with_optimizer_state, source, missing);

@@ -27,6 +27,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/embedding/fused_lookup.h"
 #include "tzrec/embedding/table_shard.h"
+#include "tzrec/embedding/zch_row_index.h"
 #include "tzrec/features/feature.h"
 
 namespace tzrec {
@@ -47,6 +49,8 @@ struct EmbeddingTableSpec {
   // A table of the sequence groups (TorchEasyRec's EmbeddingCollection), separate from the
   // pooled table of the same embedding_name (its EmbeddingBagCollection).
   bool sequence = false;
+  // Zero-collision hashing: the features' raw ids reach rows through a ZchRowIndex.
+  std::optional<fg::ZchSpec> zch;
 };
 
 // One forward of all lookups: per storage a [B, L*dim] output, and where each lookup sits.
@@ -71,9 +75,11 @@ class EmbeddingCollection {
 
   // Registers (or finds) table `name`; `where` names the config path in errors. `sequence`:
   // a table of sequence groups (a pooled table of the same name is an error: callers name the
-  // two kinds apart).
+  // two kinds apart). `zch`: the feature's zero-collision hashing (features sharing a table
+  // must agree on it).
   int AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
-               const std::string& feature, const std::string& where, bool sequence = false);
+               const std::string& feature, const std::string& where, bool sequence = false,
+               const fg::ZchSpec* zch = nullptr);
   // Registers (or finds) the pooled lookup of `feature`'s ids in `table`.
   int AddLookup(const Feature* feature, int table);
   // Registers (or finds) the unpooled lookup of sequence feature `feature` in `table`: one
@@ -102,8 +108,12 @@ class EmbeddingCollection {
   // Names of the hash-stored tables.
   std::set<std::string> hashed_tables() const;
 
-  // `training`: record the backward that updates the tables with the sparse optimizer.
+  // `training`: record the backward that updates the tables with the sparse optimizer (and,
+  // for zch tables, record the ids and admit / evict at round ends, re-initialising the rows
+  // that change hands; all ranks of a distributed run must call it together).
   LookupOutputs Lookup(const Batch& batch, bool training);
+  // The managed-collision index of zch table `table` (null for other tables).
+  const ZchRowIndex* zch_index(const std::string& table) const;
   void LookupEmpty();
   bool has_sharded_tables() const;
   // Gradient accumulation: applies the row gradients this rank's storages kept while the
@@ -122,7 +132,9 @@ class EmbeddingCollection {
 
   // Calls `fn(table, {"weight": [rows, dim], <state name>: ...})` with logical tensors for every
   // table in order (optimizer state only when asked and present). A hash-stored table gives
-  // its resident rows only, ordered by id, with "ids" (int64 [n]) naming them. Collective for sharded
+  // its resident rows only, ordered by id, with "ids" (int64 [n]) naming them. A zch table adds
+  // its index: "zch_ids", "zch_rows", "zch_counts" / "zch_last_access_iter" (as its policy
+  // keeps them), all int64 [zch_size], and "zch_step" (int64 scalar). Collective for sharded
   // tables: every rank calls it; each table is gathered just before its call, so memory peaks at
   // one logical table.
   void VisitTableStates(bool with_optimizer_state,
@@ -145,6 +157,15 @@ class EmbeddingCollection {
   // This rank's part of logical `tensor` (a table's weight or state) for `shard`.
   static at::Tensor LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns);
   std::set<std::string> ChooseHashedTables(const MaterializeOptions& options) const;
+  // zch tables: records this training batch's ids; at a round's end merges the ranks'
+  // histories, admits / evicts and re-initialises the rows that changed hands.
+  void ProfileZchTables(const Batch& batch);
+  // `ids` of spec `table` as the kernels read them: rows of zch and hash-stored tables.
+  at::Tensor RowsOf(int table, const at::Tensor& ids);
+  // The zch index of spec `t` into / out of a table's state tensors (no-op for other tables).
+  void AddZchState(int t, std::map<std::string, at::Tensor>* tensors) const;
+  int RestoreZchState(int t, const std::map<std::string, at::Tensor>* saved, const std::string& source,
+                      const std::function<void(const std::string&)>& missing);
   // RestoreTables for a table saved or held hash-stored.
   int RestoreRows(EmbeddingTable* table, const std::map<std::string, at::Tensor>& saved,
                   bool with_optimizer_state, const std::string& source,
@@ -161,6 +182,7 @@ class EmbeddingCollection {
   ShardComm* comm_ = nullptr;
   std::vector<std::unique_ptr<EmbeddingStorage>> storages_;
   std::vector<EmbeddingTable*> tables_;  // by spec index
+  std::vector<std::unique_ptr<ZchRowIndex>> zch_;  // by spec index; null: not zch
   std::vector<std::vector<int>> storage_lookups_;
   std::vector<std::vector<int>> storage_sequence_lookups_;
   // Per storage: its placement (kDataParallel for fused storages of whole tables; a deque so

@@ -108,7 +108,8 @@ EmbeddingGroup::EmbeddingGroup(
             options.table_prefix + feature->embedding_name() + suffix + (wide ? "_wide" : "");
         const int table = collection->AddTable(table_name, feature->num_embeddings(), dim,
                                                feature->trainable(), feature->name(),
-                                               where + " feature '" + feature_name + "'");
+                                               where + " feature '" + feature_name + "'", /*sequence=*/false,
+                                               feature->zch());
         member.lookup = collection->AddLookup(feature, table);
         member.dim = dim;
         member.table = table_name;
@@ -161,7 +162,8 @@ void EmbeddingGroup::AddSequenceGroup(EmbeddingCollection* collection,
       const std::string table_name = options.table_prefix + feature->embedding_name() + suffix + kSequenceTableSuffix;
       const int table = collection->AddTable(table_name, feature->num_embeddings(), feature->embedding_dim(),
                                              feature->trainable(), feature->name(),
-                                             where + " feature '" + feature_name + "'", /*sequence=*/true);
+                                             where + " feature '" + feature_name + "'", /*sequence=*/true,
+                                             feature->zch());
       member.lookup = feature->is_sequence() ? collection->AddSequenceLookup(feature, table)
                                              : collection->AddLookup(feature, table);
       member.table = table_name;

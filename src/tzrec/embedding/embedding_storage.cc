@@ -153,6 +153,17 @@ void EmbeddingStorage::InitializeRowsAt(const EmbeddingTable& table, const std::
   }
 }
 
+void EmbeddingStorage::ResetRows(EmbeddingTable* table, const std::vector<int64_t>& rows) {
+  TZREC_CHECK(table->storage() == this && !table->hashed(), "ResetRows of table '", table->name(), "'");
+  TZREC_CHECK(data_.defined(), "ResetRows before allocation");
+  std::vector<int64_t> logical(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    TZREC_CHECK(rows[i] >= 0 && rows[i] < table->rows(), "row ", rows[i], " of table '", table->name(), "'");
+    logical[i] = table->logical_row_begin() + rows[i];
+  }
+  InitializeRowsAt(*table, rows, logical);
+}
+
 at::Tensor EmbeddingStorage::SlotsOf(EmbeddingTable* table, const at::Tensor& ids) {
   TZREC_CHECK(table->storage() == this);
   if (!table->hashed()) return ids;

@@ -95,6 +95,10 @@ class EmbeddingStorage {
   void InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
                        int64_t row_begin, int column_begin);
 
+  // Re-initialises rows `rows` (this storage's rows of dense `table`) as new ones: initial
+  // weights, fresh optimizer state (zch rows that changed ids).
+  void ResetRows(EmbeddingTable* table, const std::vector<int64_t>& rows);
+
   bool has_hashed_tables() const { return hashed_tables_ > 0; }
   // Rows of `ids` (int64, local to the table) for the kernels: the ids themselves for a dense
   // table; for a hash-stored one its rows, an unseen id getting a new, initialised row. An id

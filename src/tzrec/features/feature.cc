@@ -33,6 +33,9 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
   const std::string fg_encoded_default = StringField(msg, "fg_encoded_default_value");
   if (is_sparse_) {
     num_embeddings_ = info.num_embeddings;
+    zch_ = info.zch;
+    // zch ids are raw (FG hashes into [0, 2^63 - 1)); the managed-collision index maps them to rows.
+    id_limit_ = zch_ ? fg::kZchHashBuckets : num_embeddings_;
     const FieldDescriptor* dim = FieldOf(msg, "embedding_dim");
     const uint32_t configured_dim = dim ? msg.GetReflection()->GetUInt32(msg, dim) : 0;
     // Widths feed int32 tensor shapes and products (rows * dim); wider is surely a typo.
@@ -58,9 +61,9 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
           Fail(config_path(), ".fg_encoded_default_value: '", Printable(fg_encoded_default),
                "' is not a list of integer ids");
         }
-        if (id < 0 || id >= num_embeddings_) {
+        if (id < 0 || id >= id_limit_) {
           Fail(config_path(), ".fg_encoded_default_value: id ", id, " out of range [0, ",
-               num_embeddings_, ")");
+               id_limit_, ")");
         }
         default_ids_.push_back(id);
       }
@@ -163,8 +166,8 @@ int32_t Feature::AppendIds(const RecordBatch& batch, size_t row, std::string_vie
     }
     int64_t id;
     if (!ParseInt64(piece, &id)) FailRow(batch, row, StrCat("'", Printable(piece), "' is not an integer id"));
-    if (id < 0 || id >= num_embeddings_) {
-      FailRow(batch, row, StrCat("id ", id, " out of range [0, ", num_embeddings_, ")"));
+    if (id < 0 || id >= id_limit_) {
+      FailRow(batch, row, StrCat("id ", id, " out of range [0, ", id_limit_, ")"));
     }
     out->values.push_back(id);
     if (weighted_) out->weights.push_back(weight);
@@ -224,8 +227,8 @@ void Feature::ParseSparse(const RecordBatch& batch, const Column& column, Sparse
         if (value != std::floor(value)) FailRow(batch, row, StrCat("'", value, "' is not an id"));
         id = static_cast<int64_t>(value);
       }
-      if (id < 0 || id >= num_embeddings_) {
-        FailRow(batch, row, StrCat("id ", id, " out of range [0, ", num_embeddings_, ")"));
+      if (id < 0 || id >= id_limit_) {
+        FailRow(batch, row, StrCat("id ", id, " out of range [0, ", id_limit_, ")"));
       }
       out->values.push_back(id);
       if (weighted_) out->weights.push_back(1.0f);

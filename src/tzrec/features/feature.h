@@ -66,6 +66,10 @@ class Feature {
   bool weighted() const { return weighted_; }
   // Sparse features: embedding table rows, dim, shared table name and pooling.
   int64_t num_embeddings() const { return num_embeddings_; }
+  // zch features: ids are raw int64 values that a managed-collision index maps to rows.
+  const fg::ZchSpec* zch() const { return zch_ ? &*zch_ : nullptr; }
+  // Encoded ids must lie in [0, id_limit()): num_embeddings, or 2^63 - 1 for zch features.
+  int64_t id_limit() const { return id_limit_; }
   int embedding_dim() const { return embedding_dim_; }
   const std::string& embedding_name() const { return embedding_name_; }
   const std::string& pooling() const { return pooling_; }
@@ -104,6 +108,8 @@ class Feature {
   std::string sequence_delim_;
   bool weighted_ = false;
   int64_t num_embeddings_ = 0;
+  std::optional<fg::ZchSpec> zch_;
+  int64_t id_limit_ = 0;  // ids of the data must be below it
   int embedding_dim_ = 0;
   std::string embedding_name_;
   std::string pooling_ = "sum";

@@ -1,7 +1,9 @@
 // The bucketize step of feature generation: a value (text or number) to an embedding row id.
 //
 // Built from a feature message's bucketizer fields with TorchEasyRec's precedence:
-// hash_bucket_size > num_buckets > vocab_list > vocab_dict > vocab_file > boundaries.
+// zch > hash_bucket_size > num_buckets > vocab_list > vocab_dict > vocab_file > boundaries.
+//   zch               hash of the value's text modulo 2^63 - 1 (rows: zch_size, through the
+//                     managed-collision index)
 //   hash_bucket_size  hash of the value's text (fg_hash.h) modulo the size
 //   num_buckets       the value is the id; it must be an integer in [0, num_buckets)
 //   vocab_list        without default_bucketize_value the list is [default_value, "<OOV>",
@@ -29,6 +31,8 @@ namespace tzrec::fg {
 
 // The largest bucket count (hash_bucket_size, num_buckets, vocabulary ids) accepted: 2^40.
 constexpr int64_t kMaxBuckets = int64_t{1} << 40;
+// The hash range of zch features' ids (TorchEasyRec's MAX_HASH_BUCKET_SIZE, 2^63 - 1).
+constexpr int64_t kZchHashBuckets = INT64_MAX;
 
 class Bucketizer {
  public:

@@ -151,6 +151,7 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
   info.bucketizer = std::make_shared<Bucketizer>(Bucketizer::FromConfig(msg, where));
   info.is_sparse = SparseByType(type, msg, *info.bucketizer);
   info.num_embeddings = info.bucketizer->num_embeddings();
+  info.zch = ParseZchSpec(msg, where);
   if (type == "tokenize_feature") {
     // The tokenizer's vocabulary is the table size, in every fg_mode.
     std::string path = StringField(msg, "vocab_file");

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tzrec/fg/bucketizer.h"
+#include "tzrec/fg/zch_spec.h"
 #include "tzrec/protos/data.pb.h"
 #include "tzrec/protos/feature.pb.h"
 
@@ -50,6 +52,7 @@ struct FeatureInfo {
 
   bool is_sparse = false;
   int64_t num_embeddings = 0;  // sparse only
+  std::optional<ZchSpec> zch;  // ids are raw int64 mapped to rows by a managed-collision index
   int value_dim = 1;           // dense: floats per value; sparse: 0 = all values, 1 = first
   bool weighted = false;
   bool stub = false;

@@ -328,7 +328,7 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
   Json tables = Json::array();
   StoredTables fp32_tables, stored_tables;  // for the scripted model
   int64_t table_bytes = 0, fp32_bytes = 0;
-  bool hashed_tables = false;
+  bool hashed_tables = false, zch_tables = false;
   const auto& specs = model.embedding_collection().table_specs();
   std::map<std::string, const EmbeddingTableSpec*> spec_of;
   for (const auto& spec : specs) spec_of[spec.name] = &spec;
@@ -353,7 +353,20 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
           entry["storage"] = "hash";
           entry["init_seed"] = static_cast<uint64_t>(state.at("init_seed").item<int64_t>());
           hashed_tables = true;
-        } else if (settings.write_scripted_model) {
+        }
+        if (spec.zch) {
+          // The managed-collision index: serving maps raw ids to rows as training did.
+          Json zch = Json::object();
+          for (const auto& [key, tensor] : state) {
+            if (key.rfind("zch_", 0) != 0) continue;
+            const std::string tensor_name = kTablePrefix + table + "." + key;
+            add(tensor_name, tensor);
+            zch[key] = tensor_name;
+          }
+          entry["zch"] = std::move(zch);
+          zch_tables = true;
+        }
+        if (ids == state.end() && !spec.zch && settings.write_scripted_model) {
           fp32_tables[table] = {weight.detach().to(at::kFloat), TableDtype::kFP32, spec.dim};
           stored_tables[table] = {stored, dtype, spec.dim};
         }
@@ -362,8 +375,9 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
   WriteSafetensors(JoinPath(staging, kExportWeightsFile), tensors,
                    {{"format", kFormatName}, {"manifest", kExportManifestFile}});
   std::string scripted_skipped = "--noscripted_model";
-  if (settings.write_scripted_model && hashed_tables) {
-    scripted_skipped = "hash-stored embedding tables have no TorchScript lookup";
+  if (settings.write_scripted_model && (hashed_tables || zch_tables)) {
+    scripted_skipped = hashed_tables ? "hash-stored embedding tables have no TorchScript lookup"
+                                     : "zch tables' managed-collision index has no TorchScript form";
     LOG_INFO << kScriptedModelFile << " not written: " << scripted_skipped;
   } else if (settings.write_scripted_model) {
     scripted_skipped = WriteScriptedModel(model, pipeline.FeaturePointers(), fp32_tables,
@@ -600,6 +614,13 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
                                                                : DequantizeTable(stored, dtype, dim, what);
     if (table.contains("ids")) {
       tables[name]["ids"] = TensorOf(weights.Get(table.value("ids", "")), what + " ids");
+    }
+    if (table.contains("zch")) {
+      if (!table["zch"].is_object()) Fail(what, ": zch is not an object");
+      for (const auto& [key, tensor_name] : table["zch"].items()) {
+        if (!tensor_name.is_string()) Fail(what, ": zch.", key, " is not a tensor name");
+        tables[name][key] = TensorOf(weights.Get(tensor_name.get<std::string>()), what + " " + key);
+      }
     }
   }
   for (EmbeddingTable* table : model.embedding_collection().tables()) {

@@ -194,9 +194,9 @@ ParsedBatch TensorsToParsed(const Pipeline& pipeline, const Json& body) {
         throw RequestError(400, StrCat("inputs: '", f, ".values' has ", values.size(), " ids, its lengths say ", ids));
       }
       for (const auto& v : values) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= feature->num_embeddings()) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= feature->id_limit()) {
           throw RequestError(400, StrCat("inputs: '", f, ".values': id ", v.dump(), " out of range [0, ",
-                                         feature->num_embeddings(), ")"));
+                                         feature->id_limit(), ")"));
         }
         sparse.values.push_back(v.get<int64_t>());
       }
