@@ -183,6 +183,19 @@ TEST_F(CreateFgJsonTest, EveryTypeOfTheReferenceCaseWithCopiedAssets) {
   EXPECT_EQ(Create(config_, dir_), Expected());
 }
 
+// A zch feature hashes into the whole int64 range as TorchEasyRec's fg.json says; its table
+// maps those ids to zch_size rows.
+TEST(CreateFgJsonZch, HashesIntoTheInt64Range) {
+  testing::TempDir dir;
+  auto config = fg::testing::Config(R"pb(
+    data_config { fg_mode: FG_DAG }
+    feature_configs { id_feature {
+      feature_name: "z" expression: "item:z" hash_bucket_size: 7 zch { zch_size: 100 lru {} } embedding_dim: 8 } }
+  )pb");
+  const json fg = Create(config, dir);
+  EXPECT_EQ(fg["features"][0]["hash_bucket_size"].get<uint64_t>(), 9223372036854775807ull);
+}
+
 TEST_F(CreateFgJsonTest, WithoutAssetCopiesTheResolvedPathsAreReferenced) {
   json fg = BuildFgJson(config_, false, nullptr);
   EXPECT_EQ(fg["features"][6]["vocab_file"], FgData("bpe_bytelevel_tokenizer.json"));
@@ -485,7 +498,7 @@ TEST(CreateFgJson, ErrorsNameTheFeatureAndWriteNothing) {
     feature_configs { id_feature {
       feature_name: "z" expression: "item:z" zch { zch_size: 100 } embedding_dim: 8 } }
   )pb");
-  EXPECT_TZREC_ERROR(CreateFgJson(zch, options), "zch: not supported yet");
+  EXPECT_TZREC_ERROR(CreateFgJson(zch, options), "id_feature.zch: needs an eviction policy");
 
   // An output directory that cannot be created (a file is in the way).
   testing::WriteFile(dir.File("file"), "x");
