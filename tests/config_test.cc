@@ -138,10 +138,10 @@ TEST(SupportedFields, OdpsAndOtherDatasetSettingsAreAccepted) {
 }
 
 TEST(SupportedFields, WholeUnsupportedModelIsNamed) {
-  auto config = ParsePipelineConfigText("model_config { pepnet { epnet_hidden_unit: 8 } }", "t");
+  auto config = ParsePipelineConfigText("model_config { simple_multi_task { } }", "t");
   auto unsupported = FindUnsupportedFields(config);
   bool named = false;
-  for (const auto& u : unsupported) named = named || u.path == "model_config.pepnet";
+  for (const auto& u : unsupported) named = named || u.path == "model_config.simple_multi_task";
   EXPECT_TRUE(named);
 }
 
@@ -153,7 +153,7 @@ TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
                            "dssm_fg_hard_negative_mock.config", "dssm_v2_fg_mock.config", "dat_mock.config",
                            "mind_mock.config", "mind_taobao.config", "tdm_fg_mock.config", "tdm_taobao.config",
                            "dssm_v2_mlpemb_fg_mock.config", "multi_tower_din_fg_mock_fp16_ga.config",
-                           "multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_zch_fg_mock.config"}) {
+                           "multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_zch_fg_mock.config", "pepnet_taobao.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     auto unsupported = FindUnsupportedFields(config);
     EXPECT_TRUE(unsupported.empty()) << name << ": " << (unsupported.empty() ? "" : unsupported[0].path);

@@ -191,22 +191,31 @@ at::Tensor EmbeddingStorage::SlotsOf(EmbeddingTable* table, const at::Tensor& id
   return out;
 }
 
-const EmbeddingTable* EmbeddingStorage::TableOfRow(int64_t row) const {
-  auto it = std::upper_bound(tables_.begin(), tables_.end(), row,
-                             [](int64_t r, const std::unique_ptr<EmbeddingTable>& t) { return r < t->first_row(); });
-  TZREC_CHECK(it != tables_.begin(), "storage row ", row);
-  return (it - 1)->get();
+std::vector<std::vector<int64_t>> EmbeddingStorage::HashedRowPositions(const at::Tensor& rows) const {
+  // One pass over the rows, bucketed by table (rows of a dense table are left out).
+  std::vector<std::vector<int64_t>> positions(tables_.size());
+  const int64_t* r = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    auto it = std::upper_bound(tables_.begin(), tables_.end(), r[i],
+                               [](int64_t row, const std::unique_ptr<EmbeddingTable>& t) { return row < t->first_row(); });
+    TZREC_CHECK(it != tables_.begin(), "storage row ", r[i]);
+    const size_t k = static_cast<size_t>(it - tables_.begin()) - 1;
+    if (tables_[k]->hashed()) positions[k].push_back(i);
+  }
+  return positions;
 }
 
 void EmbeddingStorage::SlotRowsToIdRows(at::Tensor* rows) const {
   if (!has_hashed_tables()) return;
   *rows = rows->contiguous();
   int64_t* r = rows->data_ptr<int64_t>();
-  for (int64_t i = 0; i < rows->numel(); ++i) {
-    const EmbeddingTable* table = TableOfRow(r[i]);
-    if (!table->hashed()) continue;
-    std::lock_guard<std::mutex> lock(table->index_mutex_);
-    r[i] = table->first_row() + table->index_->ids()[r[i] - table->first_row()];
+  const std::vector<std::vector<int64_t>> positions = HashedRowPositions(*rows);
+  for (size_t k = 0; k < tables_.size(); ++k) {
+    if (positions[k].empty()) continue;
+    const EmbeddingTable& table = *tables_[k];
+    std::lock_guard<std::mutex> lock(table.index_mutex_);
+    const std::vector<int64_t>& ids = table.index_->ids();
+    for (int64_t i : positions[k]) r[i] = table.first_row() + ids[r[i] - table.first_row()];
   }
 }
 
@@ -214,20 +223,17 @@ void EmbeddingStorage::IdRowsToSlotRows(at::Tensor* rows) {
   if (!has_hashed_tables()) return;
   *rows = rows->contiguous();
   int64_t* r = rows->data_ptr<int64_t>();
-  for (const auto& table : tables_) {
-    if (!table->hashed()) continue;
-    std::vector<int64_t> positions, ids;
-    for (int64_t i = 0; i < rows->numel(); ++i) {
-      if (r[i] >= table->first_row() && r[i] < table->first_row() + table->rows()) {
-        positions.push_back(i);
-        ids.push_back(r[i] - table->first_row());
-      }
-    }
-    if (positions.empty()) continue;
-    at::Tensor slots = SlotsOf(table.get(), at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())},
-                                                          at::TensorOptions().dtype(at::kLong)));
+  const std::vector<std::vector<int64_t>> positions = HashedRowPositions(*rows);
+  for (size_t k = 0; k < tables_.size(); ++k) {
+    if (positions[k].empty()) continue;
+    EmbeddingTable* table = tables_[k].get();
+    std::vector<int64_t> ids;
+    ids.reserve(positions[k].size());
+    for (int64_t i : positions[k]) ids.push_back(r[i] - table->first_row());
+    at::Tensor slots = SlotsOf(table, at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())},
+                                                    at::TensorOptions().dtype(at::kLong)));
     const int64_t* s = slots.data_ptr<int64_t>();
-    for (size_t k = 0; k < positions.size(); ++k) r[positions[k]] = table->first_row() + s[k];
+    for (size_t j = 0; j < positions[k].size(); ++j) r[positions[k][j]] = table->first_row() + s[j];
   }
 }
 

@@ -165,7 +165,8 @@ class EmbeddingStorage {
   int64_t total_rows_ = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
   int hashed_tables_ = 0;
-  const EmbeddingTable* TableOfRow(int64_t row) const;
+  // Per table: the positions in `rows` (storage rows) that fall into it, for hash-stored tables.
+  std::vector<std::vector<int64_t>> HashedRowPositions(const at::Tensor& rows) const;
   // Writes the initial weights, optimizer state and free backward slot of table rows
   // [first_row + slots[i]] for logical rows `logical[i]`.
   void InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,

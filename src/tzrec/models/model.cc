@@ -287,8 +287,9 @@ Predictions Model::HeadPredictions(const std::vector<at::Tensor>& outputs) const
 
 NamedLosses Model::ComputeLosses(const Predictions& predictions, const Batch& batch) const {
   NamedLosses losses;
+  const Predictions inputs = HeadInputs(predictions, batch);
   for (size_t i = 0; i < heads_.size(); ++i) {
-    if (HeadPredictsIn(i, is_training())) heads_[i]->ComputeLosses(predictions, batch, &losses);
+    if (HeadPredictsIn(i, is_training())) heads_[i]->ComputeLosses(inputs, batch, &losses);
   }
   AddModelLosses(predictions, batch, &losses);
   return losses;
@@ -338,8 +339,9 @@ at::Tensor Model::TotalLoss(const NamedLosses& losses) {
 }
 
 void Model::UpdateMetrics(const Predictions& predictions, const Batch& batch, const NamedLosses& losses) {
+  const Predictions inputs = HeadInputs(predictions, batch);
   for (size_t i = 0; i < heads_.size(); ++i) {
-    if (HeadPredictsIn(i, false)) heads_[i]->UpdateMetrics(predictions, batch, losses);
+    if (HeadPredictsIn(i, false)) heads_[i]->UpdateMetrics(inputs, batch, losses);
   }
 }
 
@@ -362,8 +364,9 @@ void Model::ResetMetrics() {
 }
 
 void Model::UpdateTrainMetrics(const Predictions& predictions, const Batch& batch, Collectives* comm) {
+  const Predictions inputs = HeadInputs(predictions, batch);
   for (size_t i = 0; i < heads_.size(); ++i) {
-    if (HeadPredictsIn(i, true)) heads_[i]->UpdateTrainMetrics(predictions, batch, comm);
+    if (HeadPredictsIn(i, true)) heads_[i]->UpdateTrainMetrics(inputs, batch, comm);
   }
 }
 

@@ -99,7 +99,7 @@ class Model : public torch::nn::Module {
   virtual std::vector<ExportPart> ExportParts() const;
   // What Predict returns in inference, before any data is seen: name -> the output's dims after
   // the batch dimension ({} for [B], {D} for [B, D], {K, D} for MIND's interests), by name.
-  std::map<std::string, std::vector<int64_t>> OutputShapes() const;
+  virtual std::map<std::string, std::vector<int64_t>> OutputShapes() const;
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
   // Precision of the dense GEMMs (train_config.mixed_precision; an export's own): whoever
   // calls Predict holds a ScopedGemmPrecision(gemm_precision()) around it and the backward.
@@ -146,6 +146,9 @@ class Model : public torch::nn::Module {
   // head that does not gets no losses there, and no eval metrics (or train metrics) when it
   // does not predict in inference (or training). RocketLaunching's booster trains only.
   virtual bool HeadPredictsIn(size_t head, bool training) const { return true; }
+  // The predictions the heads' losses and metrics read, made from Predict's (PEPNet picks each
+  // row's domain tower here); Predict's own by default.
+  virtual Predictions HeadInputs(const Predictions& predictions, const Batch& batch) const { return predictions; }
   // A retrieval model's head (heads/task_head.h: match heads): model_config's losses and
   // metrics; positives in column 0 of the similarity, or on its diagonal with in-batch negatives.
   TaskHead& AddMatchHead(bool in_batch_negative);
