@@ -83,13 +83,13 @@ TEST(SupportedFields, UnsupportedFieldsAreNamedWithTheirPath) {
     feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 4 } }
     feature_configs { id_feature { feature_name: "b" num_buckets: 3 embedding_dim: 4
                                    init_fn: "nn.init.uniform_,b=0.01" } }
-    model_config { variational_dropout {} }
+    model_config { kernel: TRITON }
   )", "t");
   auto unsupported = FindUnsupportedFields(config);
   ASSERT_EQ(unsupported.size(), 3u);
   EXPECT_EQ(unsupported[0].path, "train_config.save_checkpoints_timestamp_interval");
   EXPECT_EQ(unsupported[1].path, "feature_configs[1].id_feature.init_fn");
-  EXPECT_EQ(unsupported[2].path, "model_config.variational_dropout");
+  EXPECT_EQ(unsupported[2].path, "model_config.kernel");
   EXPECT_TZREC_ERROR(CheckConfigSupported(config), "train_config.save_checkpoints_timestamp_interval: not supported yet");
 }
 
@@ -153,7 +153,8 @@ TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
                            "dssm_fg_hard_negative_mock.config", "dssm_v2_fg_mock.config", "dat_mock.config",
                            "mind_mock.config", "mind_taobao.config", "tdm_fg_mock.config", "tdm_taobao.config",
                            "dssm_v2_mlpemb_fg_mock.config", "multi_tower_din_fg_mock_fp16_ga.config",
-                           "multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_zch_fg_mock.config", "pepnet_taobao.config"}) {
+                           "multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_zch_fg_mock.config", "pepnet_taobao.config",
+                           "dbmtl_has_sequence_variational_dropout_mock.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     auto unsupported = FindUnsupportedFields(config);
     EXPECT_TRUE(unsupported.empty()) << name << ": " << (unsupported.empty() ? "" : unsupported[0].path);

@@ -14,6 +14,7 @@
 #include "tzrec/serving/server.h"
 #include "tzrec/tools/launch.h"
 #include "tzrec/tools/faiss_index.h"
+#include "tzrec/train/feature_selection.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/tools/hitrate.h"
 #include "tzrec/tools/tdm_cluster_tree.h"
@@ -81,6 +82,7 @@ const std::map<std::string, Command>& Commands() {
       {"serve", {ServeMain, "serve an export over HTTP with feature generation and dynamic batching"}},
       {"predict", {PredictMain, "score CSV/Parquet rows with an export or a checkpoint"}},
       {"create_fg_json", {CreateFgJsonMain, "write fg.json (and its asset files) for a config"}},
+      {"feature_selection", {FeatureSelectionMain, "rank features by their learnt variational dropout and write a reduced config"}},
       {"create_faiss_index", {CreateFaissIndexMain, "build a FAISS index of item tower embeddings"}},
       {"hitrate", {HitrateMain, "offline retrieval hit rate of user embeddings against item embeddings"}},
       {"tdm_init_tree", {TdmInitTreeMain, "build TDM's item tree and its node and edge tables"}},

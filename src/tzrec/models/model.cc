@@ -5,6 +5,7 @@
 #include <ATen/ops/dot.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/modules/container/moduledict.h>
 
 #include <algorithm>
 #include <numeric>
@@ -26,7 +27,8 @@ const bool kModelConfigFields = HonourMessageFields(
      "feature_groups.embedding_name_suffix", "feature_groups.sequence_groups.group_name",
      "feature_groups.sequence_groups.feature_names",
      "feature_groups.sequence_groups.embedding_name_suffix", "feature_groups.sequence_encoders",
-     "num_class", "losses", "metrics", "train_metrics", "use_pareto_loss_weight"});
+     "num_class", "losses", "metrics", "train_metrics", "use_pareto_loss_weight",
+     "variational_dropout.regularization_lambda", "variational_dropout.embedding_wise_variational_dropout"});
 
 }  // namespace
 
@@ -93,6 +95,32 @@ EmbeddingGroup& Model::InitInput(int wide_embedding_dim, const std::vector<std::
       }
     }
   }
+  if (config_.has_variational_dropout()) {
+    const auto& vd = config_.variational_dropout();
+    if (vd.embedding_wise_variational_dropout()) {
+      Fail("model_config.variational_dropout.embedding_wise_variational_dropout: not supported (TorchEasyRec's ",
+           "VariationalDropout does not read it either)");
+    }
+    torch::nn::ModuleDict modules;
+    for (const auto& group : config_.feature_groups()) {
+      if (!wanted(group) || !view.HasGroup(group.group_name())) continue;
+      // The slices of the group's vector: its features, then its sequence encoders.
+      const std::vector<int> dims = view.GroupDims(group.group_name());
+      TZREC_CHECK(static_cast<int>(dims.size()) == group.feature_names_size(), "group ", group.group_name());
+      std::vector<std::pair<std::string, int>> slices;
+      for (int f = 0; f < group.feature_names_size(); ++f) slices.emplace_back(group.feature_names(f), dims[f]);
+      const auto& encoders = group_encoders_[group.group_name()];
+      for (size_t e = 0; e < encoders.size(); ++e) {
+        slices.emplace_back(StrCat(group.group_name(), "_seq_encoder_", e), static_cast<int>(encoders[e]->output_dim()));
+      }
+      if (slices.size() < 2) continue;
+      VariationalDropout module(std::move(slices), vd.regularization_lambda());
+      modules->update(std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{{group.group_name(), module.ptr()}});
+      variational_dropouts_.emplace(group.group_name(), module);
+    }
+    if (!variational_dropouts_.empty()) register_module("group_variational_dropouts", modules);
+    variational_dropout_checked_ = true;
+  }
   return view;
 }
 
@@ -146,6 +174,9 @@ std::map<std::string, std::string> Model::ScriptInput(ScriptWriter& w, const Sto
     }
     inputs[group] = parts.size() == 1 ? parts[0] : w.Let(group + "_input", "torch.cat([" + Join(parts, ", ") + "], 1)");
   }
+  for (const auto& [group, dropout] : variational_dropouts_) {
+    inputs[group] = dropout->Script(w, inputs.at(group), group + "_variational_dropout");
+  }
   return inputs;
 }
 
@@ -170,6 +201,12 @@ std::map<std::string, at::Tensor> Model::BuildInput(const Batch& batch) {
           {inputs.at(in + ".query"), inputs.at(in + ".sequence"), inputs.at(in + ".sequence_length")}));
     }
     inputs[group] = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
+  }
+  input_losses_.clear();
+  for (auto& [group, dropout] : variational_dropouts_) {
+    auto [noisy, loss] = dropout->forward(inputs.at(group));
+    inputs[group] = noisy;
+    input_losses_.emplace_back(group + "_feature_p_loss", loss);
   }
   return inputs;
 }
@@ -291,6 +328,8 @@ NamedLosses Model::ComputeLosses(const Predictions& predictions, const Batch& ba
   for (size_t i = 0; i < heads_.size(); ++i) {
     if (HeadPredictsIn(i, is_training())) heads_[i]->ComputeLosses(inputs, batch, &losses);
   }
+  // TorchEasyRec adds the inputs' losses (variational dropout) after the tasks'.
+  for (const auto& loss : input_losses_) losses.push_back(loss);
   AddModelLosses(predictions, batch, &losses);
   return losses;
 }
@@ -388,7 +427,11 @@ bool Model::has_train_metrics() const {
 std::shared_ptr<Model> CreateModel(const ModelContext& context) {
   const protos::ModelConfig& config = *context.config;
   const auto* which = RegisteredOneofMember(config, "model", ModelRegistry(), "model_config");
-  return ModelRegistry().Get(which->name())(context);
+  std::shared_ptr<Model> model = ModelRegistry().Get(which->name())(context);
+  if (config.has_variational_dropout() && !model->applies_variational_dropout()) {
+    Fail("model_config.variational_dropout: not supported for ", which->name(), " yet");
+  }
+  return model;
 }
 
 std::vector<const google::protobuf::Message*> TaskTowers(const google::protobuf::Message& model) {

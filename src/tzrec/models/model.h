@@ -27,6 +27,7 @@
 #include "tzrec/heads/task_head.h"
 #include "tzrec/modules/fast_linear.h"
 #include "tzrec/modules/sequence_encoder.h"
+#include "tzrec/modules/variational_dropout.h"
 #include "tzrec/protos/model.pb.h"
 
 namespace tzrec {
@@ -101,6 +102,9 @@ class Model : public torch::nn::Module {
   // the batch dimension ({} for [B], {D} for [B, D], {K, D} for MIND's interests), by name.
   virtual std::map<std::string, std::vector<int64_t>> OutputShapes() const;
   const std::vector<std::unique_ptr<TaskHead>>& heads() const { return heads_; }
+  // model_config.variational_dropout is applied (InitInput built one per DEEP / WIDE group of
+  // several features; BuildInput applies them and ComputeLosses adds "<group>_feature_p_loss").
+  bool applies_variational_dropout() const { return !variational_dropouts_.empty() || variational_dropout_checked_; }
   // Precision of the dense GEMMs (train_config.mixed_precision; an export's own): whoever
   // calls Predict holds a ScopedGemmPrecision(gemm_precision()) around it and the backward.
   GemmPrecision gemm_precision() const { return gemm_precision_; }
@@ -175,6 +179,12 @@ class Model : public torch::nn::Module {
   std::string tower_;
   std::string built_tower_;  // ModelContext::tower
   GemmPrecision gemm_precision_ = GemmPrecision::kFloat32;
+  // model_config.variational_dropout: one per DEEP / WIDE group of the first view with more than
+  // one feature (registered under "group_variational_dropouts.<group>"), and the losses of the
+  // last BuildInput.
+  std::map<std::string, VariationalDropout> variational_dropouts_;
+  bool variational_dropout_checked_ = false;
+  std::vector<std::pair<std::string, at::Tensor>> input_losses_;
   DenseEmbeddings dense_embeddings_{nullptr};
 };
 
