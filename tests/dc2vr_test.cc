@@ -135,17 +135,7 @@ TEST(DC2VR, ConfigErrorsNameTheirField) {
 TEST(DC2VR, TrainsEachTowerToItsOracleAndExports) {
   testing::DeterministicRuntime();
   testing::TempDir dir;
-  const std::string text = R"(
-    data_config { batch_size: 512 dataset_type: ParquetDataset label_fields: ["clk", "buy"] }
-    feature_configs { id_feature { feature_name: "u" num_buckets: 20 embedding_dim: 8 } }
-    feature_configs { id_feature { feature_name: "i" num_buckets: 30 embedding_dim: 8 } }
-    feature_configs { id_feature { feature_name: "c" num_buckets: 10 embedding_dim: 8 } }
-    feature_configs { raw_feature { feature_name: "r" } }
-    train_config {
-      sparse_optimizer { adagrad_optimizer { lr: 0.05 } constant_learning_rate {} }
-      dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} }
-      num_epochs: 10 use_tensorboard: false
-    }
+  const std::string text = testing::PlantedFeatures(R"(["clk", "buy"])", 10, 0.002) + R"(
     model_config {
       feature_groups { group_name: "all" feature_names: ["u", "i", "c", "r"] group_type: DEEP }
       dc2vr {

@@ -224,17 +224,7 @@ TEST(WuKong, ForwardMatchesPlainOps) {
 // within 97% of the oracle's lift over 0.5 after a few epochs, and exports with a TorchScript
 // copy the exporter has checked against the model.
 TEST(RankZoo, EachModelTrainsToItsOracleAndExports) {
-  const std::string features = R"(
-    data_config { batch_size: 512 dataset_type: ParquetDataset label_fields: "clk" }
-    feature_configs { id_feature { feature_name: "u" num_buckets: 20 embedding_dim: 8 } }
-    feature_configs { id_feature { feature_name: "i" num_buckets: 30 embedding_dim: 8 } }
-    feature_configs { id_feature { feature_name: "c" num_buckets: 10 embedding_dim: 8 } }
-    feature_configs { raw_feature { feature_name: "r" } }
-    train_config {
-      sparse_optimizer { adagrad_optimizer { lr: 0.05 } constant_learning_rate {} }
-      dense_optimizer { adam_optimizer { lr: 0.002 } constant_learning_rate {} }
-      num_epochs: 3 use_tensorboard: false
-    })";
+  const std::string features = testing::PlantedFeatures(R"("clk")", 3, 0.002);
   const std::map<std::string, std::string> models = {
       {"wide_and_deep", R"(feature_groups { group_name: "wide" feature_names: ["u", "i", "c"] group_type: WIDE }
                            feature_groups { group_name: "deep" feature_names: ["u", "i", "c", "r"] group_type: DEEP }

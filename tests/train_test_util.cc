@@ -120,6 +120,20 @@ std::map<std::string, at::Tensor> LoadModelFile(const std::string& checkpoint) {
   return all;
 }
 
+std::string PlantedFeatures(const std::string& label_fields, int num_epochs, double dense_lr) {
+  return StrCat(R"(
+    data_config { batch_size: 512 dataset_type: ParquetDataset label_fields: )", label_fields, R"( }
+    feature_configs { id_feature { feature_name: "u" num_buckets: 20 embedding_dim: 8 } }
+    feature_configs { id_feature { feature_name: "i" num_buckets: 30 embedding_dim: 8 } }
+    feature_configs { id_feature { feature_name: "c" num_buckets: 10 embedding_dim: 8 } }
+    feature_configs { raw_feature { feature_name: "r" } }
+    train_config {
+      sparse_optimizer { adagrad_optimizer { lr: 0.05 } constant_learning_rate {} }
+      dense_optimizer { adam_optimizer { lr: )", dense_lr, R"( } constant_learning_rate {} }
+      num_epochs: )", num_epochs, R"( use_tensorboard: false
+    })");
+}
+
 PlantedRun TrainOnPlantedData(const TempDir& dir, const std::string& config_text, int64_t train_rows,
                               int64_t eval_rows) {
   WriteFile(dir.File("pipeline.config"), config_text);

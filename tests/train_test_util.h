@@ -36,6 +36,10 @@ TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
 // steps) in dir/data, and options that train `config_path` on it into dir/model.
 TrainEvalOptions MockDataOptions(const TempDir& dir, const protos::EasyRecConfig& config,
                                  const std::string& config_path);
+// The planted-data tests' config head: Parquet data in batches of 512 with `label_fields`
+// (config text: `"clk"` or `["clk", "buy"]`), id features u, i, c (20, 30, 10 ids, dim 8)
+// and raw r, Adagrad 0.05 for the tables, Adam `dense_lr`, `num_epochs`, no TensorBoard.
+std::string PlantedFeatures(const std::string& label_fields, int num_epochs, double dense_lr);
 // `config_text` written to dir/pipeline.config, planted data for it in dir/data (gen_data with
 // a first-order signal of variance 4 and no pairwise interactions, Parquet), trained into
 // dir/model. Returns the last eval result and gen_data's oracle.json.
