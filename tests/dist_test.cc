@@ -357,6 +357,26 @@ TEST(Distributed, TwoRanksWithZchTablesMatchOneProcess) {
   }
 }
 
+// dynamicemb replicas stay alike: every rank admits and evicts from the ranks' merged ids, so
+// two ranks hold the same rows as one process reading both ranks' batches.
+TEST(Distributed, TwoRanksWithDynamicembTablesMatchOneProcess) {
+  auto dynamicemb = [](protos::EasyRecConfig* config) {
+    int n = 0;
+    for (auto& feature : *config->mutable_feature_configs()) {
+      if (!feature.has_id_feature() || n >= 2) continue;
+      auto* spec = feature.mutable_id_feature()->mutable_dynamicemb();
+      spec->set_max_capacity(n == 0 ? 24 : 40);
+      if (n++ == 0) {
+        spec->mutable_frequency_admission_strategy()->set_threshold(2);
+      } else {
+        spec->set_score_strategy("LFU");
+      }
+    }
+    ASSERT_EQ(n, 2);
+  };
+  TwoRanksMatchOneProcess("data_parallel", "deepfm_mock", "cat_4", {}, "", "", dynamicemb);
+}
+
 TEST(Distributed, TwoRanksMatchOneProcessWithAccumulationClippingAndEma) {
   for (const char* sharding : {"data_parallel", "row_wise"}) {
     TwoRanksMatchOneProcess(sharding, "deepfm_fg_dag", "user_id", {"cate"},

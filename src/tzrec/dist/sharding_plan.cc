@@ -94,6 +94,17 @@ std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
       ApplyConstraints(constraints, info.config_path + ".embedding_constraints", &allowed[table]);
     }
   }
+  // dynamicemb tables are whole on every rank (replicas kept alike by merging the ranks' ids,
+  // embedding_collection.h): TorchEasyRec shards them row-wise on GPUs only.
+  for (auto& [name, plan] : tables) {
+    if (!spec_of.at(name)->dynamicemb) continue;
+    if (std::find(allowed[name].begin(), allowed[name].end(), "data_parallel") == allowed[name].end()) {
+      Fail("embedding table '", name, "' has dynamicemb: its embedding_constraints must allow data_parallel (",
+           "tzrec-cpp keeps dynamicemb tables whole on every rank)");
+    }
+    allowed[name] = {"data_parallel"};
+    plan.compute_kernel = "dynamicemb";
+  }
   // Tables nobody constrained may be row-wise sharded to fit memory; whole tables cost
   // (weights + optimizer state + the 4-byte backward slot) per row on every rank.
   if (memory_budget_bytes > 0 && world_size > 1) {
@@ -104,7 +115,7 @@ std::vector<TablePlan> PlanSharding(const protos::EasyRecConfig& config,
     int64_t whole = 0;
     std::vector<TablePlan*> free;
     for (auto& kv : tables) {
-      if (allowed[kv.first].front() != "data_parallel") continue;
+      if (allowed[kv.first].front() != "data_parallel" || spec_of.at(kv.first)->dynamicemb) continue;
       whole += bytes(kv.second);
       if (allowed[kv.first] == kImplemented) free.push_back(&kv.second);
     }

@@ -30,7 +30,8 @@ int64_t EmbeddingCollection::TableBytes(const EmbeddingTableSpec& spec,
 
 int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
                                   const std::string& feature, const std::string& where,
-                                  bool sequence, const fg::ZchSpec* zch) {
+                                  bool sequence, const fg::ZchSpec* zch,
+                                  const fg::DynamicEmbSpec* dynamicemb) {
   TZREC_CHECK(!materialized_, "table '", name, "' added after Materialize");
   for (size_t i = 0; i < specs_.size(); ++i) {
     EmbeddingTableSpec& spec = specs_[i];
@@ -50,13 +51,19 @@ int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim
       Fail(where, ": embedding '", name, "' is shared by features with different zch settings (",
            spec.zch ? spec.zch->Describe() : "none", " vs ", zch ? zch->Describe() : "none", ")");
     }
+    if (spec.dynamicemb.has_value() != (dynamicemb != nullptr) || (dynamicemb && !(*spec.dynamicemb == *dynamicemb))) {
+      Fail(where, ": embedding '", name, "' is shared by features with different dynamicemb settings (",
+           spec.dynamicemb ? spec.dynamicemb->Describe() : "none", " vs ",
+           dynamicemb ? dynamicemb->Describe() : "none", ")");
+    }
     if (std::find(spec.features.begin(), spec.features.end(), feature) == spec.features.end()) {
       spec.features.push_back(feature);
     }
     return static_cast<int>(i);
   }
   specs_.push_back({name, rows, dim, trainable, {feature}, sequence,
-                    zch ? std::optional<fg::ZchSpec>(*zch) : std::nullopt});
+                    zch ? std::optional<fg::ZchSpec>(*zch) : std::nullopt,
+                    dynamicemb ? std::optional<fg::DynamicEmbSpec>(*dynamicemb) : std::nullopt});
   return static_cast<int>(specs_.size() - 1);
 }
 
@@ -96,7 +103,8 @@ std::set<std::string> EmbeddingCollection::ChooseHashedTables(const MaterializeO
     const bool forced = options.hash_tables.count(spec.name) > 0;
     if (forced && !shardable(spec)) Fail("hash-stored table '", spec.name, "' cannot be sharded");
     if (forced && spec.zch) Fail("zch table '", spec.name, "' cannot be hash-stored");
-    if (spec.zch) continue;  // zch_size rows, all in use: dense
+    if (forced && spec.dynamicemb) Fail("dynamicemb table '", spec.name, "' cannot be hash-stored");
+    if (spec.zch || spec.dynamicemb) continue;  // zch: all rows in use; dynamicemb: its own rows
     if (forced || (policy == "hash" && shardable(spec))) hashed.insert(spec.name);
   }
   if (policy == "auto") {
@@ -104,7 +112,7 @@ std::set<std::string> EmbeddingCollection::ChooseHashedTables(const MaterializeO
     std::vector<std::pair<int64_t, const EmbeddingTableSpec*>> dense;
     int64_t total = 0;
     for (const EmbeddingTableSpec& spec : specs_) {
-      if (hashed.count(spec.name) || !shardable(spec) || spec.zch) continue;
+      if (hashed.count(spec.name) || !shardable(spec) || spec.zch || spec.dynamicemb) continue;
       const int64_t bytes = options.int8_tables.count(spec.name) ? spec.rows * (spec.dim + 4)
                                                                  : TableBytes(spec, optimizer_ ? &optimizer_->spec() : nullptr);
       dense.emplace_back(bytes, &spec);
@@ -166,6 +174,7 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
     const EmbeddingTableSpec& spec = specs_[t];
     auto sharded = options.shards.find(spec.name);
     if (sharded != options.shards.end() && sharded->second.sharded()) {
+      if (spec.dynamicemb) Fail("dynamicemb table '", spec.name, "' cannot be sharded: every rank holds it whole");
       TZREC_CHECK(comm_ != nullptr, "sharded table '", spec.name, "' without a process group");
       const TableShard& shard = sharded->second;
       storages_.push_back(std::make_unique<EmbeddingStorage>(shard.local_dim(shard.rank), optimizer_));
@@ -187,15 +196,17 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
       it = storage_of_dim.emplace(key, storages_.size() - 1).first;
     }
     storage_of_table.push_back(it->second);
-    tables_.push_back(storages_[it->second]->AddTable(spec.name, spec.rows, spec.trainable,
-                                                      hashed.count(spec.name) > 0));
+    // dynamicemb: max_capacity rows for ids plus the two shared rows (dynamic_row_index.h).
+    tables_.push_back(storages_[it->second]->AddTable(spec.name, spec.dynamicemb ? spec.rows + 2 : spec.rows,
+                                                      spec.trainable, hashed.count(spec.name) > 0,
+                                                      /*managed=*/spec.dynamicemb.has_value()));
   }
   // Fail clearly before the allocator does ("can't allocate memory: you tried to allocate
-  // 26135627264 bytes" names no table). Hash-stored tables start empty.
+  // 26135627264 bytes" names no table). Hash-stored and dynamicemb tables start empty.
   int64_t bytes = 0;
   for (auto& storage : storages_) {
     for (const auto& table : storage->tables()) {
-      if (!table->hashed()) bytes += table->rows() * (storage->row_bytes() + 4);
+      if (!table->hashed() && !table->managed()) bytes += table->rows() * (storage->row_bytes() + 4);
     }
   }
   const int64_t memory = UsableMemoryBytes();
@@ -246,13 +257,17 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
   for (size_t t = 0; t < specs_.size(); ++t) {
     if (specs_[t].zch) zch_[t] = std::make_unique<ZchRowIndex>(*specs_[t].zch, specs_[t].name);
   }
+  MaterializeDynamicTables();
   materialized_ = true;
 }
 
 LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
   TZREC_CHECK(materialized_, "EmbeddingCollection::Materialize was not called");
   TZREC_CHECK(!training || optimizer_ != nullptr, "training lookup without a sparse optimizer");
-  if (training) ProfileZchTables(batch);
+  if (training) {
+    ProfileZchTables(batch);
+    TrainDynamicTables(batch);
+  }
   LookupOutputs out;
   out.storage_out.resize(storages_.size());
   out.storage_dim = storage_out_dims_;
@@ -286,7 +301,7 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
         weights = ids.weights.defined() ? ids.weights : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
       }
       EmbeddingTable* table = tables_[lookup.table];
-      pooled.push_back({RowsOf(lookup.table, ids.values), ids.offsets, table,
+      pooled.push_back({RowsOf(lookup.table, ids.values, training), ids.offsets, table,
                         feature->pooling() == "mean", weights});
       out.storage_of[i] = static_cast<int>(s);
       out.position_of[i] = static_cast<int>(k);
@@ -300,7 +315,7 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
         weights = ids.weights.defined() ? ids.weights : at::zeros({0}, at::TensorOptions().dtype(at::kFloat));
       }
       EmbeddingTable* table = tables_[lookup.table];
-      sequences.push_back({RowsOf(lookup.table, ids.values), ids.key_offsets, table,
+      sequences.push_back({RowsOf(lookup.table, ids.values, training), ids.key_offsets, table,
                            feature->pooling() == "mean", weights});
       if (bags < 0) bags = batch.group(feature->data_group()).size;
     }
@@ -533,6 +548,10 @@ void EmbeddingCollection::VisitTableStates(
     const std::function<void(const std::string&, const std::map<std::string, at::Tensor>&)>& fn) const {
   for (size_t t = 0; t < tables_.size(); ++t) {
     const EmbeddingTable* table = tables_[t];
+    if (dynamic_[t]) {
+      fn(table->name(), DynamicTableState(static_cast<int>(t), with_optimizer_state));
+      continue;
+    }
     if (const TableShard* shard = ShardOf(table)) {
       std::map<std::string, at::Tensor> tensors = GatherTable(table, *shard, with_optimizer_state);
       AddZchState(static_cast<int>(t), &tensors);
@@ -571,6 +590,11 @@ int EmbeddingCollection::RestoreTables(
     EmbeddingTable* table = tables_[t];
     const TableShard* shard = ShardOf(table);
     auto saved_table = saved.find(table->name());
+    if (dynamic_[t]) {
+      restored += RestoreDynamicTable(static_cast<int>(t), saved_table == saved.end() ? nullptr : &saved_table->second,
+                                      with_optimizer_state, source, missing);
+      continue;
+    }
     if (zch_[t]) {
       restored += RestoreZchState(static_cast<int>(t), saved_table == saved.end() ? nullptr : &saved_table->second,
                                   source, missing);

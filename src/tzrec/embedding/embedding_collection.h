@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tzrec/batch/batch.h"
+#include "tzrec/embedding/dynamic_row_index.h"
 #include "tzrec/embedding/embedding_storage.h"
 #include "tzrec/embedding/fused_lookup.h"
 #include "tzrec/embedding/table_shard.h"
@@ -51,6 +52,8 @@ struct EmbeddingTableSpec {
   bool sequence = false;
   // Zero-collision hashing: the features' raw ids reach rows through a ZchRowIndex.
   std::optional<fg::ZchSpec> zch;
+  // dynamicemb: the features' raw ids reach rows through a DynamicRowIndex (rows: its capacity).
+  std::optional<fg::DynamicEmbSpec> dynamicemb;
 };
 
 // One forward of all lookups: per storage a [B, L*dim] output, and where each lookup sits.
@@ -75,11 +78,11 @@ class EmbeddingCollection {
 
   // Registers (or finds) table `name`; `where` names the config path in errors. `sequence`:
   // a table of sequence groups (a pooled table of the same name is an error: callers name the
-  // two kinds apart). `zch`: the feature's zero-collision hashing (features sharing a table
-  // must agree on it).
+  // two kinds apart). `zch` / `dynamicemb`: the feature's managed ids (features sharing a table
+  // must agree on them).
   int AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
                const std::string& feature, const std::string& where, bool sequence = false,
-               const fg::ZchSpec* zch = nullptr);
+               const fg::ZchSpec* zch = nullptr, const fg::DynamicEmbSpec* dynamicemb = nullptr);
   // Registers (or finds) the pooled lookup of `feature`'s ids in `table`.
   int AddLookup(const Feature* feature, int table);
   // Registers (or finds) the unpooled lookup of sequence feature `feature` in `table`: one
@@ -110,10 +113,13 @@ class EmbeddingCollection {
 
   // `training`: record the backward that updates the tables with the sparse optimizer (and,
   // for zch tables, record the ids and admit / evict at round ends, re-initialising the rows
-  // that change hands; all ranks of a distributed run must call it together).
+  // that change hands; for dynamicemb tables, admit / evict this batch's ids; all ranks of a
+  // distributed run must call it together).
   LookupOutputs Lookup(const Batch& batch, bool training);
   // The managed-collision index of zch table `table` (null for other tables).
   const ZchRowIndex* zch_index(const std::string& table) const;
+  // The dynamic row index of dynamicemb table `table` (null for other tables).
+  const DynamicRowIndex* dynamic_index(const std::string& table) const;
   void LookupEmpty();
   bool has_sharded_tables() const;
   // Gradient accumulation: applies the row gradients this rank's storages kept while the
@@ -134,7 +140,9 @@ class EmbeddingCollection {
   // table in order (optimizer state only when asked and present). A hash-stored table gives
   // its resident rows only, ordered by id, with "ids" (int64 [n]) naming them. A zch table adds
   // its index: "zch_ids", "zch_rows", "zch_counts" / "zch_last_access_iter" (as its policy
-  // keeps them), all int64 [zch_size], and "zch_step" (int64 scalar). Collective for sharded
+  // keeps them), all int64 [zch_size], and "zch_step" (int64 scalar). A dynamicemb table gives
+  // the rows of its held ids in id order, with "dynamicemb_ids", "dynamicemb_scores",
+  // "dynamicemb_counter_ids", "dynamicemb_counter_counts" (int64 [n]) and "dynamicemb_step". Collective for sharded
   // tables: every rank calls it; each table is gathered just before its call, so memory peaks at
   // one logical table.
   void VisitTableStates(bool with_optimizer_state,
@@ -160,8 +168,21 @@ class EmbeddingCollection {
   // zch tables: records this training batch's ids; at a round's end merges the ranks'
   // histories, admits / evicts and re-initialises the rows that changed hands.
   void ProfileZchTables(const Batch& batch);
-  // `ids` of spec `table` as the kernels read them: rows of zch and hash-stored tables.
-  at::Tensor RowsOf(int table, const at::Tensor& ids);
+  // dynamicemb tables: admits / evicts this training batch's ids (ranks merge theirs first)
+  // and initialises the rows handed to new ids.
+  void TrainDynamicTables(const Batch& batch);
+  // The ids of every lookup of spec `table` in `batch`, as (pointer, count) spans into `held`.
+  std::vector<std::pair<const int64_t*, int64_t>> IdsOfTable(int table, const Batch& batch,
+                                                             std::vector<at::Tensor>* held) const;
+  // `ids` of spec `table` as the kernels read them: rows of zch, dynamicemb and hash-stored
+  // tables (`training` picks the row of dynamicemb ids holding none).
+  at::Tensor RowsOf(int table, const at::Tensor& ids, bool training);
+  // The dynamicemb index of spec `t` into / out of a table's state tensors.
+  std::map<std::string, at::Tensor> DynamicTableState(int t, bool with_optimizer_state) const;
+  int RestoreDynamicTable(int t, const std::map<std::string, at::Tensor>* saved, bool with_optimizer_state,
+                          const std::string& source, const std::function<void(const std::string&)>& missing);
+  // Creates the dynamicemb indexes and fills their tables' shared rows (Materialize).
+  void MaterializeDynamicTables();
   // The zch index of spec `t` into / out of a table's state tensors (no-op for other tables).
   void AddZchState(int t, std::map<std::string, at::Tensor>* tensors) const;
   int RestoreZchState(int t, const std::map<std::string, at::Tensor>* saved, const std::string& source,
@@ -183,6 +204,7 @@ class EmbeddingCollection {
   std::vector<std::unique_ptr<EmbeddingStorage>> storages_;
   std::vector<EmbeddingTable*> tables_;  // by spec index
   std::vector<std::unique_ptr<ZchRowIndex>> zch_;  // by spec index; null: not zch
+  std::vector<std::unique_ptr<DynamicRowIndex>> dynamic_;  // by spec index; null: not dynamicemb
   std::vector<std::vector<int>> storage_lookups_;
   std::vector<std::vector<int>> storage_sequence_lookups_;
   // Per storage: its placement (kDataParallel for fused storages of whole tables; a deque so

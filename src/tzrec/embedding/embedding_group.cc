@@ -12,6 +12,12 @@
 namespace tzrec {
 namespace {
 
+// TorchEasyRec reads embedding_dim only for features its groups use (a config may leave it out
+// of the others).
+void RequireEmbeddingDim(const Feature& feature) {
+  if (feature.embedding_dim() <= 0) Fail(feature.config_path(), ".embedding_dim must be set and > 0");
+}
+
 // Steps per row of a sequence feature (int32 [B]).
 const at::Tensor& StepLengths(const Feature* feature, const Batch& batch) {
   if (feature->is_sparse()) return batch.Sequence(feature->name(), feature->data_group()).step_lengths;
@@ -103,13 +109,14 @@ EmbeddingGroup::EmbeddingGroup(
       Member member;
       member.feature = feature;
       if (feature->is_sparse()) {
+        RequireEmbeddingDim(*feature);
         const int dim = wide ? options.wide_embedding_dim : feature->embedding_dim();
         const std::string table_name =
             options.table_prefix + feature->embedding_name() + suffix + (wide ? "_wide" : "");
         const int table = collection->AddTable(table_name, feature->num_embeddings(), dim,
                                                feature->trainable(), feature->name(),
                                                where + " feature '" + feature_name + "'", /*sequence=*/false,
-                                               feature->zch());
+                                               feature->zch(), feature->dynamicemb());
         member.lookup = collection->AddLookup(feature, table);
         member.dim = dim;
         member.table = table_name;
@@ -159,11 +166,12 @@ void EmbeddingGroup::AddSequenceGroup(EmbeddingCollection* collection,
     member.dim = feature->output_dim();
     if (!feature->is_sparse()) AddDenseMember(&member, options);
     if (feature->is_sparse()) {
+      RequireEmbeddingDim(*feature);
       const std::string table_name = options.table_prefix + feature->embedding_name() + suffix + kSequenceTableSuffix;
       const int table = collection->AddTable(table_name, feature->num_embeddings(), feature->embedding_dim(),
                                              feature->trainable(), feature->name(),
                                              where + " feature '" + feature_name + "'", /*sequence=*/true,
-                                             feature->zch());
+                                             feature->zch(), feature->dynamicemb());
       member.lookup = feature->is_sequence() ? collection->AddSequenceLookup(feature, table)
                                              : collection->AddLookup(feature, table);
       member.table = table_name;

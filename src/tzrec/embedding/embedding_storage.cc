@@ -38,6 +38,7 @@ at::Tensor LazilyZeroedTensor(at::IntArrayRef sizes, at::ScalarType dtype) {
 int EmbeddingTable::dim() const { return storage_->dim(); }
 
 int64_t EmbeddingTable::resident_rows() const {
+  if (managed_) return managed_rows_;
   if (!index_) return rows_;
   std::lock_guard<std::mutex> lock(index_mutex_);
   return index_->size();
@@ -77,17 +78,19 @@ EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer, bo
 }
 
 EmbeddingTable* EmbeddingStorage::AddTable(const std::string& name, int64_t rows, bool trainable,
-                                           bool hashed) {
+                                           bool hashed, bool managed) {
   TZREC_CHECK(!data_.defined(), "table added after allocation");
   TZREC_CHECK(rows >= 0, "table ", name);  // 0: a table_wise table held by another rank
-  tables_.push_back(std::make_unique<EmbeddingTable>(this, name, total_rows_, rows, trainable, hashed));
+  TZREC_CHECK(!(hashed && managed), "table ", name);
+  tables_.push_back(std::make_unique<EmbeddingTable>(this, name, total_rows_, rows, trainable, hashed, managed));
   total_rows_ += rows;
   hashed_tables_ += hashed ? 1 : 0;
+  managed_tables_ += managed ? 1 : 0;
   return tables_.back().get();
 }
 
 void EmbeddingStorage::Allocate(bool initialize) {
-  const bool lazy = has_hashed_tables();
+  const bool lazy = has_hashed_tables() || managed_tables_ > 0;
   const at::ScalarType dtype = int8_rows_ ? at::kByte : at::kFloat;
   const int64_t width = int8_rows_ ? dim_ + 4 : row_width_;
   if (lazy) {
@@ -98,9 +101,9 @@ void EmbeddingStorage::Allocate(bool initialize) {
   } else {
     data_ = at::empty({total_rows_, width}, at::TensorOptions().dtype(dtype));
   }
-  // Dense tables' state and backward slots now; hash-stored rows' when handed out.
+  // Dense tables' state and backward slots now; hash-stored and managed rows' when handed out.
   for (const auto& table : tables_) {
-    if (table->hashed()) continue;
+    if (table->hashed() || table->managed()) continue;
     if (!int8_rows_ && row_width_ > dim_) {
       data_.narrow(0, table->first_row(), table->rows()).narrow(1, dim_, row_width_ - dim_)
           .fill_(optimizer_->spec().InitialState());
@@ -117,7 +120,7 @@ void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_ro
   table->logical_row_begin_ = row_begin;
   table->logical_column_begin_ = column_begin;
   TZREC_CHECK(column_begin + dim_ <= logical_dim, "table '", table->name(), "' shard columns");
-  if (table->hashed()) return;
+  if (table->hashed() || table->managed()) return;
   if (int8_rows_) {
     TZREC_CHECK(logical_rows == table->rows() && logical_dim == dim_, "sharded INT8 table");
     at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
@@ -130,12 +133,12 @@ void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_ro
 }
 
 void EmbeddingStorage::InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
-                                        const std::vector<int64_t>& logical) {
+                                        const std::vector<int64_t>& logical, const RowInit* init) {
   const int64_t n = static_cast<int64_t>(slots.size());
   if (n == 0) return;
   at::Tensor drawn = at::empty({n, dim_}, at::kFloat);
-  InitializeRows(table.row_init_, logical.data(), n, table.logical_column_begin_, dim_,
-                 drawn.data_ptr<float>(), dim_);
+  tzrec::InitializeRows(init ? *init : table.row_init_, logical.data(), n, table.logical_column_begin_, dim_,
+                        drawn.data_ptr<float>(), dim_);
   if (int8_rows_) {
     const at::Tensor quantized = QuantizeTable(drawn, TableDtype::kINT8);
     for (int64_t i = 0; i < n; ++i) data_[table.first_row() + slots[i]].copy_(quantized[i]);
@@ -162,6 +165,34 @@ void EmbeddingStorage::ResetRows(EmbeddingTable* table, const std::vector<int64_
     logical[i] = table->logical_row_begin() + rows[i];
   }
   InitializeRowsAt(*table, rows, logical);
+}
+
+void EmbeddingStorage::SetRowInit(EmbeddingTable* table, const RowInit& init) {
+  TZREC_CHECK(table->storage() == this && table->managed(), "SetRowInit of table '", table->name(), "'");
+  table->row_init_ = init;
+}
+
+void EmbeddingStorage::InitializeRows(EmbeddingTable* table, const std::vector<int64_t>& rows,
+                                      const std::vector<int64_t>& keys) {
+  TZREC_CHECK(table->storage() == this && table->managed() && rows.size() == keys.size() && data_.defined(),
+              "InitializeRows of table '", table->name(), "'");
+  for (int64_t row : rows) TZREC_CHECK(row >= 0 && row < table->rows(), "row ", row, " of table '", table->name(), "'");
+  InitializeRowsAt(*table, rows, keys);
+}
+
+void EmbeddingStorage::FillRows(EmbeddingTable* table, const std::vector<int64_t>& rows, float value) {
+  TZREC_CHECK(table->storage() == this && data_.defined(), "FillRows of table '", table->name(), "'");
+  for (int64_t row : rows) TZREC_CHECK(row >= 0 && row < table->rows(), "row ", row, " of table '", table->name(), "'");
+  RowInit constant;
+  constant.mode = RowInit::Mode::kConstant;
+  constant.value = value;
+  InitializeRowsAt(*table, rows, rows, &constant);
+}
+
+void EmbeddingStorage::SetResidentRows(EmbeddingTable* table, int64_t n) {
+  TZREC_CHECK(table->storage() == this && table->managed() && n >= 0 && n <= table->rows(),
+              "SetResidentRows of table '", table->name(), "'");
+  table->managed_rows_ = n;
 }
 
 at::Tensor EmbeddingStorage::SlotsOf(EmbeddingTable* table, const at::Tensor& ids) {

@@ -12,6 +12,10 @@
 // lazily-zeroed mapping whose untouched rows take no memory. Initial values come from
 // row_init.h, so a hash-stored table trains exactly as a dense one on the same ids.
 //
+// A managed table (dynamicemb) also lives in lazily-zeroed memory, but its owner maps ids to
+// rows and hands them out: it initialises rows as it admits ids (InitializeRows, FillRows)
+// and tells the storage how many are in use (SetResidentRows).
+//
 // Thread safety: one model uses a storage at a time (kernels parallelise internally), except
 // SlotsOf, which may run concurrently (inference workers).
 #pragma once
@@ -36,13 +40,16 @@ class EmbeddingStorage;
 class EmbeddingTable {
  public:
   EmbeddingTable(EmbeddingStorage* storage, std::string name, int64_t first_row, int64_t rows,
-                 bool trainable, bool hashed)
+                 bool trainable, bool hashed, bool managed = false)
       : storage_(storage), name_(std::move(name)), first_row_(first_row), rows_(rows),
-        trainable_(trainable), index_(hashed ? std::make_unique<HashRowIndex>() : nullptr) {}
+        trainable_(trainable), managed_(managed),
+        index_(hashed ? std::make_unique<HashRowIndex>() : nullptr) {}
   const std::string& name() const { return name_; }
   // Declared rows (ids are in [0, rows)); a hash-stored table holds resident_rows() of them.
   int64_t rows() const { return rows_; }
   bool hashed() const { return index_ != nullptr; }
+  // Rows handed out by the table's owner (dynamicemb): [0, resident_rows()) are in use.
+  bool managed() const { return managed_; }
   int64_t resident_rows() const;
   // Hash-stored tables: the id of each resident row, in row order (a copy, taken locked).
   std::vector<int64_t> resident_ids() const;
@@ -69,6 +76,8 @@ class EmbeddingTable {
   int64_t first_row_;
   int64_t rows_;
   bool trainable_;
+  bool managed_;
+  int64_t managed_rows_ = 0;
   RowInit row_init_;
   int64_t logical_row_begin_ = 0;
   int logical_column_begin_ = 0;
@@ -86,7 +95,9 @@ class EmbeddingStorage {
 
   // Adds a table before Allocate(); rows are initialised uniform in +-sqrt(1/rows)
   // (TorchRec's default bound) by row_init.h. `hashed`: rows allocated on first touch.
-  EmbeddingTable* AddTable(const std::string& name, int64_t rows, bool trainable, bool hashed = false);
+  // `managed`: rows handed out by the caller (dynamicemb), initialised through InitializeRows.
+  EmbeddingTable* AddTable(const std::string& name, int64_t rows, bool trainable, bool hashed = false,
+                           bool managed = false);
   // With `initialize`, every table is initialised here (in table order).
   void Allocate(bool initialize = true);
   // Initialises `table` as rows [row_begin, +rows) x columns [column_begin, +dim) of a logical
@@ -98,6 +109,14 @@ class EmbeddingStorage {
   // Re-initialises rows `rows` (this storage's rows of dense `table`) as new ones: initial
   // weights, fresh optimizer state (zch rows that changed ids).
   void ResetRows(EmbeddingTable* table, const std::vector<int64_t>& rows);
+  // Managed tables: replaces how rows are initialised (before any InitializeRows).
+  void SetRowInit(EmbeddingTable* table, const RowInit& init);
+  // Managed tables: rows `rows` get the initial values of logical rows `keys` (their ids) and
+  // fresh optimizer state; FillRows writes `value` everywhere in the rows instead.
+  void InitializeRows(EmbeddingTable* table, const std::vector<int64_t>& rows, const std::vector<int64_t>& keys);
+  void FillRows(EmbeddingTable* table, const std::vector<int64_t>& rows, float value);
+  // Managed tables: rows [0, n) are in use (weight(), checkpoints and memory counts see them).
+  void SetResidentRows(EmbeddingTable* table, int64_t n);
 
   bool has_hashed_tables() const { return hashed_tables_ > 0; }
   // Rows of `ids` (int64, local to the table) for the kernels: the ids themselves for a dense
@@ -165,12 +184,13 @@ class EmbeddingStorage {
   int64_t total_rows_ = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
   int hashed_tables_ = 0;
+  int managed_tables_ = 0;
   // Per table: the positions in `rows` (storage rows) that fall into it, for hash-stored tables.
   std::vector<std::vector<int64_t>> HashedRowPositions(const at::Tensor& rows) const;
   // Writes the initial weights, optimizer state and free backward slot of table rows
   // [first_row + slots[i]] for logical rows `logical[i]`.
   void InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
-                        const std::vector<int64_t>& logical);
+                        const std::vector<int64_t>& logical, const RowInit* init = nullptr);
   at::Tensor data_;
   // 64-byte aligned (a c10 allocation), so the 16-entry blocks the backward partitions by
   // are whole cache lines (malloc aligns to 16 bytes only, so a block could straddle the

@@ -18,14 +18,49 @@ inline uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A uniform double in (0, 1) from 53 random bits.
+inline double Unit(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
+
+// A standard normal draw for (row_key, column, attempt): Box-Muller over two independent units.
+inline double Gaussian(uint64_t row_key, uint64_t column, uint64_t attempt) {
+  const uint64_t key = Mix(row_key ^ Mix(column * 0x2545F4914F6CDD1DULL + attempt));
+  const double u1 = Unit(Mix(key)), u2 = Unit(Mix(key + 1));
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
 inline void InitOneRow(const RowInit& init, int64_t row, int column_begin, int cols, float* out) {
   const uint64_t row_key = Mix(init.seed ^ Mix(static_cast<uint64_t>(row)));
-  const float scale = static_cast<float>(2.0 * init.bound / 16777216.0);
-  const float low = static_cast<float>(-init.bound);
-  for (int c = 0; c < cols; ++c) {
-    // 24 random bits: every value a float can hold exactly in [0, 1).
-    const uint64_t bits = Mix(row_key + static_cast<uint64_t>(column_begin + c)) >> 40;
-    out[c] = low + scale * static_cast<float>(bits);
+  switch (init.mode) {
+    case RowInit::Mode::kUniform: {
+      const float scale = static_cast<float>((init.high - init.low) / 16777216.0);
+      const float low = static_cast<float>(init.low);
+      for (int c = 0; c < cols; ++c) {
+        // 24 random bits: every value a float can hold exactly in [0, 1).
+        const uint64_t bits = Mix(row_key + static_cast<uint64_t>(column_begin + c)) >> 40;
+        out[c] = low + scale * static_cast<float>(bits);
+      }
+      return;
+    }
+    case RowInit::Mode::kNormal:
+      for (int c = 0; c < cols; ++c) {
+        out[c] = static_cast<float>(init.mean + init.std_dev * Gaussian(row_key, column_begin + c, 0));
+      }
+      return;
+    case RowInit::Mode::kTruncatedNormal:
+      for (int c = 0; c < cols; ++c) {
+        // Rejection: exact for any bounds; after 64 misses (bounds far in a tail) the value is
+        // clamped, which no sensible configuration reaches.
+        double v = init.mean;
+        for (uint64_t attempt = 0; attempt < 64; ++attempt) {
+          v = init.mean + init.std_dev * Gaussian(row_key, column_begin + c, attempt);
+          if (v >= init.low && v <= init.high) break;
+        }
+        out[c] = static_cast<float>(std::min(std::max(v, init.low), init.high));
+      }
+      return;
+    case RowInit::Mode::kConstant:
+      std::fill(out, out + cols, static_cast<float>(init.value));
+      return;
   }
 }
 
@@ -41,7 +76,9 @@ uint64_t TableInitSeed(const std::string& name) {
 RowInit RowInit::ForTable(const std::string& name, int64_t logical_rows) {
   RowInit init;
   init.seed = TableInitSeed(name);
-  init.bound = std::sqrt(1.0 / static_cast<double>(std::max<int64_t>(1, logical_rows)));
+  const double bound = std::sqrt(1.0 / static_cast<double>(std::max<int64_t>(1, logical_rows)));
+  init.low = -bound;
+  init.high = bound;
   return init;
 }
 

@@ -5,7 +5,8 @@
 // allocated on first touch (hash-stored tables), a rank's shard, and the whole table held by
 // one process all start from the same values, without drawing the rows nobody holds; and a
 // row never trained can be recomputed at inference. Values are uniform in +-sqrt(1/rows)
-// (TorchRec's default bound). Thread-safe (pure functions).
+// (TorchRec's default bound), or as a dynamicemb table's initializer says (uniform, normal,
+// truncated normal, constant). Thread-safe (pure functions).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,13 @@ uint64_t TableInitSeed(const std::string& name);
 
 // How the rows of one logical table are initialised.
 struct RowInit {
+  enum class Mode { kUniform, kNormal, kTruncatedNormal, kConstant };
   uint64_t seed = 0;
-  double bound = 0.0;  // values uniform in [-bound, bound)
+  Mode mode = Mode::kUniform;
+  double low = 0.0, high = 0.0;  // uniform in [low, high); truncated normal's bounds
+  double mean = 0.0, std_dev = 1.0;  // (truncated) normal
+  double value = 0.0;                // constant
+  // Uniform in +-sqrt(1/logical_rows).
   static RowInit ForTable(const std::string& name, int64_t logical_rows);
 };
 

@@ -34,8 +34,9 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
   if (is_sparse_) {
     num_embeddings_ = info.num_embeddings;
     zch_ = info.zch;
-    // zch ids are raw (FG hashes into [0, 2^63 - 1)); the managed-collision index maps them to rows.
-    id_limit_ = zch_ ? fg::kZchHashBuckets : num_embeddings_;
+    dynamicemb_ = info.dynamicemb;
+    // zch / dynamicemb ids are raw (FG hashes into [0, 2^63 - 1)); their index maps them to rows.
+    id_limit_ = zch_ || dynamicemb_ ? fg::kZchHashBuckets : num_embeddings_;
     const FieldDescriptor* dim = FieldOf(msg, "embedding_dim");
     const uint32_t configured_dim = dim ? msg.GetReflection()->GetUInt32(msg, dim) : 0;
     // Widths feed int32 tensor shapes and products (rows * dim); wider is surely a typo.
@@ -49,7 +50,6 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
     if (pooling_ != "sum" && pooling_ != "mean") {
       Fail(config_path(), ".pooling: '", pooling_, "' is not one of sum, mean");
     }
-    if (embedding_dim_ <= 0) Fail(config_path(), ".embedding_dim must be set and > 0");
     if (num_embeddings_ <= 0) {
       Fail(config_path(), ": needs hash_bucket_size or num_buckets (bucket count > 0)");
     }

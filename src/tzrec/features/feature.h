@@ -68,7 +68,9 @@ class Feature {
   int64_t num_embeddings() const { return num_embeddings_; }
   // zch features: ids are raw int64 values that a managed-collision index maps to rows.
   const fg::ZchSpec* zch() const { return zch_ ? &*zch_ : nullptr; }
-  // Encoded ids must lie in [0, id_limit()): num_embeddings, or 2^63 - 1 for zch features.
+  // dynamicemb features: ids are raw int64 values that a dynamic table maps to rows.
+  const fg::DynamicEmbSpec* dynamicemb() const { return dynamicemb_ ? &*dynamicemb_ : nullptr; }
+  // Encoded ids must lie in [0, id_limit()): num_embeddings, or 2^63 - 1 for zch / dynamicemb.
   int64_t id_limit() const { return id_limit_; }
   int embedding_dim() const { return embedding_dim_; }
   const std::string& embedding_name() const { return embedding_name_; }
@@ -109,6 +111,7 @@ class Feature {
   bool weighted_ = false;
   int64_t num_embeddings_ = 0;
   std::optional<fg::ZchSpec> zch_;
+  std::optional<fg::DynamicEmbSpec> dynamicemb_;
   int64_t id_limit_ = 0;  // ids of the data must be below it
   int embedding_dim_ = 0;
   std::string embedding_name_;

@@ -35,7 +35,6 @@ std::string FormatNumber(double value) {
 
 Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& where) {
   Bucketizer b;
-  if (HasField(feature, "dynamicemb")) Fail(where, ".dynamicemb: not supported yet");
   // Ids index embedding rows; beyond kMaxBuckets the table could not be allocated anyway and
   // row counts times widths would overflow int64 (a uint64 above 2^63 even reads negative).
   auto bounded = [&](uint64_t value, const char* field) {
@@ -48,14 +47,19 @@ Bucketizer Bucketizer::FromConfig(const Message& feature, const std::string& whe
   const int64_t dbv = has_dbv ? bounded(UInt64Field(feature, "default_bucketize_value"), "default_bucketize_value") : 1;
   const std::string default_value = StringField(feature, "default_value");
   b.hash_kind_ = DefaultHashKind();
-  if (HasField(feature, "zch")) {
-    // TorchEasyRec's FG hashes into the whole int64 range; the managed-collision index maps
-    // those ids to the zch_size rows (embedding/zch_row_index.h), which wins over the other
-    // bucketizer fields as it does there.
+  if (HasField(feature, "zch") || HasField(feature, "dynamicemb")) {
+    // TorchEasyRec's FG hashes into the whole int64 range; the managed-collision index
+    // (embedding/zch_row_index.h) or the dynamic table (embedding/dynamic_row_index.h) maps
+    // those ids to zch_size / max_capacity rows, which wins over the other bucketizer fields as
+    // it does there.
+    const bool zch = HasField(feature, "zch");
+    const char* field = zch ? "zch_size" : "max_capacity";
     b.kind_ = Kind::kHash;
     b.buckets_ = static_cast<uint64_t>(kZchHashBuckets);
-    b.num_embeddings_ = bounded(UInt64Field(feature.GetReflection()->GetMessage(feature, FieldOf(feature, "zch")), "zch_size"), "zch.zch_size");
-    if (b.num_embeddings_ == 0) Fail(where, ".zch.zch_size must be > 0");
+    b.num_embeddings_ = bounded(
+        UInt64Field(feature.GetReflection()->GetMessage(feature, FieldOf(feature, zch ? "zch" : "dynamicemb")), field),
+        zch ? "zch.zch_size" : "dynamicemb.max_capacity");
+    if (b.num_embeddings_ == 0) Fail(where, zch ? ".zch" : ".dynamicemb", ".", field, " must be > 0");
   } else if (HasField(feature, "hash_bucket_size")) {
     b.kind_ = Kind::kHash;
     b.buckets_ = static_cast<uint64_t>(bounded(UInt64Field(feature, "hash_bucket_size"), "hash_bucket_size"));

@@ -1,9 +1,10 @@
 // The bucketize step of feature generation: a value (text or number) to an embedding row id.
 //
 // Built from a feature message's bucketizer fields with TorchEasyRec's precedence:
-// zch > hash_bucket_size > num_buckets > vocab_list > vocab_dict > vocab_file > boundaries.
-//   zch               hash of the value's text modulo 2^63 - 1 (rows: zch_size, through the
-//                     managed-collision index)
+// zch / dynamicemb > hash_bucket_size > num_buckets > vocab_list > vocab_dict > vocab_file >
+// boundaries.
+//   zch, dynamicemb   hash of the value's text modulo 2^63 - 1 (rows: zch_size through the
+//                     managed-collision index, or max_capacity through the dynamic table)
 //   hash_bucket_size  hash of the value's text (fg_hash.h) modulo the size
 //   num_buckets       the value is the id; it must be an integer in [0, num_buckets)
 //   vocab_list        without default_bucketize_value the list is [default_value, "<OOV>",

@@ -152,6 +152,8 @@ FeatureInfo Describe(const Message& msg, const std::string& type, const std::str
   info.is_sparse = SparseByType(type, msg, *info.bucketizer);
   info.num_embeddings = info.bucketizer->num_embeddings();
   info.zch = ParseZchSpec(msg, where);
+  info.dynamicemb = ParseDynamicEmbSpec(msg, where);
+  if (info.zch && info.dynamicemb) Fail(where, ": zch and dynamicemb exclude each other");
   if (type == "tokenize_feature") {
     // The tokenizer's vocabulary is the table size, in every fg_mode.
     std::string path = StringField(msg, "vocab_file");

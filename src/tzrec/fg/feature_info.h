@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tzrec/fg/bucketizer.h"
+#include "tzrec/fg/dynamic_emb_spec.h"
 #include "tzrec/fg/zch_spec.h"
 #include "tzrec/protos/data.pb.h"
 #include "tzrec/protos/feature.pb.h"
@@ -53,6 +54,7 @@ struct FeatureInfo {
   bool is_sparse = false;
   int64_t num_embeddings = 0;  // sparse only
   std::optional<ZchSpec> zch;  // ids are raw int64 mapped to rows by a managed-collision index
+  std::optional<DynamicEmbSpec> dynamicemb;  // ids are raw int64 mapped to rows by a dynamic table
   int value_dim = 1;           // dense: floats per value; sparse: 0 = all values, 1 = first
   bool weighted = false;
   bool stub = false;

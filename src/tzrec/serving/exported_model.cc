@@ -328,7 +328,7 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
   Json tables = Json::array();
   StoredTables fp32_tables, stored_tables;  // for the scripted model
   int64_t table_bytes = 0, fp32_bytes = 0;
-  bool hashed_tables = false, zch_tables = false;
+  bool hashed_tables = false, indexed_tables = false;
   const auto& specs = model.embedding_collection().table_specs();
   std::map<std::string, const EmbeddingTableSpec*> spec_of;
   for (const auto& spec : specs) spec_of[spec.name] = &spec;
@@ -354,19 +354,21 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
           entry["init_seed"] = static_cast<uint64_t>(state.at("init_seed").item<int64_t>());
           hashed_tables = true;
         }
-        if (spec.zch) {
-          // The managed-collision index: serving maps raw ids to rows as training did.
-          Json zch = Json::object();
+        if (spec.zch || spec.dynamicemb) {
+          // The id index (managed collisions or the dynamic table): serving maps raw ids to rows
+          // as training did.
+          const std::string kind = spec.zch ? "zch" : "dynamicemb";
+          Json index = Json::object();
           for (const auto& [key, tensor] : state) {
-            if (key.rfind("zch_", 0) != 0) continue;
+            if (key.rfind(kind + "_", 0) != 0) continue;
             const std::string tensor_name = kTablePrefix + table + "." + key;
             add(tensor_name, tensor);
-            zch[key] = tensor_name;
+            index[key] = tensor_name;
           }
-          entry["zch"] = std::move(zch);
-          zch_tables = true;
+          entry[kind] = std::move(index);
+          indexed_tables = true;
         }
-        if (ids == state.end() && !spec.zch && settings.write_scripted_model) {
+        if (ids == state.end() && !spec.zch && !spec.dynamicemb && settings.write_scripted_model) {
           fp32_tables[table] = {weight.detach().to(at::kFloat), TableDtype::kFP32, spec.dim};
           stored_tables[table] = {stored, dtype, spec.dim};
         }
@@ -375,9 +377,9 @@ void WriteExportDir(const ExportSettings& settings, const protos::EasyRecConfig&
   WriteSafetensors(JoinPath(staging, kExportWeightsFile), tensors,
                    {{"format", kFormatName}, {"manifest", kExportManifestFile}});
   std::string scripted_skipped = "--noscripted_model";
-  if (settings.write_scripted_model && (hashed_tables || zch_tables)) {
+  if (settings.write_scripted_model && (hashed_tables || indexed_tables)) {
     scripted_skipped = hashed_tables ? "hash-stored embedding tables have no TorchScript lookup"
-                                     : "zch tables' managed-collision index has no TorchScript form";
+                                     : "zch / dynamicemb tables' id index has no TorchScript form";
     LOG_INFO << kScriptedModelFile << " not written: " << scripted_skipped;
   } else if (settings.write_scripted_model) {
     scripted_skipped = WriteScriptedModel(model, pipeline.FeaturePointers(), fp32_tables,
@@ -615,10 +617,11 @@ std::unique_ptr<Pipeline> LoadExportedPipeline(
     if (table.contains("ids")) {
       tables[name]["ids"] = TensorOf(weights.Get(table.value("ids", "")), what + " ids");
     }
-    if (table.contains("zch")) {
-      if (!table["zch"].is_object()) Fail(what, ": zch is not an object");
-      for (const auto& [key, tensor_name] : table["zch"].items()) {
-        if (!tensor_name.is_string()) Fail(what, ": zch.", key, " is not a tensor name");
+    for (const char* kind : {"zch", "dynamicemb"}) {
+      if (!table.contains(kind)) continue;
+      if (!table[kind].is_object()) Fail(what, ": ", kind, " is not an object");
+      for (const auto& [key, tensor_name] : table[kind].items()) {
+        if (!tensor_name.is_string()) Fail(what, ": ", kind, ".", key, " is not a tensor name");
         tables[name][key] = TensorOf(weights.Get(tensor_name.get<std::string>()), what + " " + key);
       }
     }

@@ -295,7 +295,7 @@ class FgJsonBuilder {
     }
   }
 
-  // The bucketizer keys, first match wins: zch (as hash_bucket_size 2^63 - 1), hash_bucket_size, num_buckets, vocab_list,
+  // The bucketizer keys, first match wins: zch / dynamicemb (as hash_bucket_size 2^63 - 1), hash_bucket_size, num_buckets, vocab_list,
   // vocab_dict, vocab_file, boundaries. This is the bucketizer's precedence (fg/bucketizer.h),
   // so fg.json bucketizes as training did and fits the embedding table. (TorchEasyRec's
   // id_feature.fg_json() tries num_buckets after the vocabularies while its num_embeddings
@@ -306,7 +306,7 @@ class FgJsonBuilder {
     const bool has_dbv = fg::HasField(msg, "default_bucketize_value");
     const uint64_t dbv = has_dbv ? Uint(msg, "default_bucketize_value") : 1;
     const std::string default_value = fg::StringField(msg, "default_value");
-    if (info.zch) {
+    if (info.zch || info.dynamicemb) {
       // Raw ids over the whole int64 range; the managed-collision index picks the rows.
       (*cfg)["hash_bucket_size"] = static_cast<uint64_t>(fg::kZchHashBuckets);
       return Bucketize::kHash;
