@@ -153,7 +153,8 @@ TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
                            "dssm_fg_hard_negative_mock.config", "dssm_v2_fg_mock.config", "dat_mock.config",
                            "mind_mock.config", "mind_taobao.config", "tdm_fg_mock.config", "tdm_taobao.config",
                            "dssm_v2_mlpemb_fg_mock.config", "multi_tower_din_fg_mock_fp16_ga.config",
-                           "multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_zch_fg_mock.config", "pepnet_taobao.config",
+                           "multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_zch_fg_mock.config", "multi_tower_din_fg_dynamicemb_mock.config",
+                           "pepnet_taobao.config",
                            "dbmtl_has_sequence_variational_dropout_mock.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));
     auto unsupported = FindUnsupportedFields(config);

@@ -13,15 +13,13 @@
 
 #include <google/protobuf/text_format.h>
 
-#include "export_test_util.h"
+#include "managed_ids_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/strings.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/embedding/dynamic_row_index.h"
 #include "tzrec/embedding/row_init.h"
-#include "tzrec/serving/exported_model.h"
-#include "tzrec/serving/predict.h"
 #include "tzrec/train/checkpoint.h"
 
 namespace tzrec {
@@ -38,8 +36,8 @@ DynamicEmbSpec Spec(int64_t capacity, DynamicEmbSpec::Score score, int64_t thres
   return spec;
 }
 
-// One step over raw ids (repeats allowed): unique ascending with counts.
-DynamicRowIndex::Admitted Step(DynamicRowIndex* index, std::vector<int64_t> ids) {
+// Raw ids (repeats allowed) as unique ascending ids with their counts.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> UniqueCounts(std::vector<int64_t> ids) {
   std::sort(ids.begin(), ids.end());
   std::vector<int64_t> unique, counts;
   for (int64_t id : ids) {
@@ -50,6 +48,12 @@ DynamicRowIndex::Admitted Step(DynamicRowIndex* index, std::vector<int64_t> ids)
       counts.push_back(1);
     }
   }
+  return {unique, counts};
+}
+
+// One step over raw ids (repeats allowed).
+DynamicRowIndex::Admitted Step(DynamicRowIndex* index, const std::vector<int64_t>& ids) {
+  const auto [unique, counts] = UniqueCounts(ids);
   return index->Train(unique, counts);
 }
 
@@ -177,16 +181,7 @@ TEST(DynamicEmb, IndexMatchesALiteralReferenceOfItsRules) {
           for (int i = 0; i < n; ++i) {
             ids.push_back(rng() % 3 == 0 ? static_cast<int64_t>(rng() % 4) : static_cast<int64_t>(rng() % 40) * 1000003);
           }
-          std::sort(ids.begin(), ids.end());
-          std::vector<int64_t> unique, counts;
-          for (int64_t id : ids) {
-            if (!unique.empty() && unique.back() == id) {
-              ++counts.back();
-            } else {
-              unique.push_back(id);
-              counts.push_back(1);
-            }
-          }
+          const auto [unique, counts] = UniqueCounts(ids);
           const auto got = index.Train(unique, counts);
           const auto want = reference.Train(unique, counts);
           ASSERT_EQ(got.rows, want.rows) << "step " << step;
@@ -428,64 +423,34 @@ TEST_F(DynamicEmbTraining, TrainsResumesBitForBitAndServesThroughItsIndexes) {
     dynamic_features += feature.has_id_feature() && feature.id_feature().has_dynamicemb();
   }
   ASSERT_EQ(dynamic_features, 2);
-  testing::DeterministicRuntime();
-  TrainAndEvaluate(Options(12, false, "straight"));
-  testing::DeterministicRuntime();
-  TrainAndEvaluate(Options(4, false, "resumed"));
-  testing::DeterministicRuntime();
-  TrainAndEvaluate(Options(12, true, "resumed"));
-  const auto checkpoints = ListCheckpoints(dir_.File("straight"));
-  ASSERT_GE(checkpoints.size(), 3u);
-  const auto at4 = LoadCheckpointTensors(checkpoints.front().path);
-  const auto straight = LoadCheckpointTensors(checkpoints.back().path);
-  const auto resumed = LoadCheckpointTensors(ListCheckpoints(dir_.File("resumed")).back().path);
-  int dynamic_tensors = 0;
-  for (const auto& [name, tensor] : straight) {
-    ASSERT_TRUE(resumed.count(name)) << name;
-    EXPECT_TRUE(torch::equal(tensor, resumed.at(name))) << name;
-    dynamic_tensors += name.find(".dynamicemb_") != std::string::npos;
-  }
-  EXPECT_GE(dynamic_tensors, 2 * 5);
+  const auto straight = testing::ExpectResumeIsBitForBit(
+      [&](int64_t steps, bool resume, const std::string& name) { return Options(steps, resume, name); }, dir_, 4, 12,
+      ".dynamicemb_", 3 * 5);
   auto held = [](const std::map<std::string, at::Tensor>& tensors, const std::string& table) {
     const at::Tensor ids = tensors.at("embedding_group." + table + ".weight.dynamicemb_ids");
     return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
   };
   // user_id: ids seen twice hold rows, the others wait in the admission counter.
-  const std::vector<int64_t> users = held(straight, "user_id_emb");
+  const std::vector<int64_t> users = held(straight.last, "user_id_emb");
   EXPECT_GE(users.size(), 1u);
   EXPECT_LE(users.size(), 2u);
-  EXPECT_GT(straight.at("embedding_group.user_id_emb.weight.dynamicemb_counter_ids").numel(), 10);
-  const at::Tensor user_rows = straight.at("embedding_group.user_id_emb.weight");
-  EXPECT_EQ(user_rows.size(0), static_cast<int64_t>(users.size()));
+  EXPECT_GT(straight.last.at("embedding_group.user_id_emb.weight.dynamicemb_counter_ids").numel(), 10);
+  EXPECT_EQ(straight.last.at("embedding_group.user_id_emb.weight").size(0), static_cast<int64_t>(users.size()));
   // id_8: full at 6 rows; recently seen ids pushed out the others.
-  const std::vector<int64_t> items = held(straight, "id_8_emb");
+  const std::vector<int64_t> items = held(straight.last, "id_8_emb");
   EXPECT_EQ(items.size(), 6u);
-  EXPECT_EQ(straight.at("embedding_group.id_8_emb.weight").sizes(), (std::vector<int64_t>{6, 16}));
+  EXPECT_EQ(straight.last.at("embedding_group.id_8_emb.weight").sizes(), (std::vector<int64_t>{6, 16}));
   std::vector<int64_t> gone;
-  const std::vector<int64_t> before = held(at4, "id_8_emb");
+  const std::vector<int64_t> before = held(straight.first, "id_8_emb");
   std::set_difference(before.begin(), before.end(), items.begin(), items.end(), std::back_inserter(gone));
   EXPECT_FALSE(gone.empty());
   EXPECT_TRUE(testing::LastEvalResult(dir_.File("straight")).contains("auc"));
 
   // The export carries the indexes: predict from it equals predict from the checkpoint.
-  ExportOptions exporting;
-  exporting.pipeline_config_path = dir_.File("straight/pipeline.config");
-  exporting.quant_from_environment = false;
-  exporting.quant_emb = "0";
-  exporting.export_dir = dir_.File("export");
-  ExportModel(exporting);
-  const auto manifest = ReadExportManifest(exporting.export_dir);
+  const auto manifest = testing::ExpectExportPredictsLikeCheckpoint(dir_, dir_.File("straight"), base_.eval_input_path);
   int with_index = 0;
   for (const auto& table : manifest["tables"]) with_index += table.contains("dynamicemb");
   EXPECT_EQ(with_index, 3);  // user_id pooled and in the sequence group, id_8
-  PredictOptions from_export, from_checkpoint;
-  from_export.scripted_model_path = exporting.export_dir;
-  from_checkpoint.pipeline_config_path = dir_.File("straight/pipeline.config");
-  for (PredictOptions* p : {&from_export, &from_checkpoint}) p->predict_input_path = base_.eval_input_path;
-  auto a = testing::RunPredict(from_export, dir_.File("pred_export"));
-  auto b = testing::RunPredict(from_checkpoint, dir_.File("pred_checkpoint"));
-  ASSERT_FALSE(a.empty());
-  for (const auto& [name, values] : a) EXPECT_LE(testing::MaxAbsDiff(values, b[name]), 1e-6) << name;
 }
 
 // The config as written (1M and 100k rows of capacity, admission after 5 steps) trains, its

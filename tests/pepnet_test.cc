@@ -7,12 +7,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "export_test_util.h"
 #include "model_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
+#include "tzrec/serving/predict.h"
 #include "tzrec/tools/gen_data.h"
 #include "tzrec/train/trainer.h"
 
@@ -161,6 +163,15 @@ TEST(PEPNet, TorchEasyRecsTaobaoExampleTrainsAndExportsPerDomainOutputs) {
   EXPECT_TRUE(result.contains("auc_ctr") && result.contains("auc_cvr")) << result.dump();
   const auto manifest = testing::ExportLatest(dir.File("model/pipeline.config"), dir.File("export"));
   EXPECT_TRUE(manifest.dump().find("probs_cvr_2") != std::string::npos) << manifest.dump();
+  // The scripted model (EPNet and PPNet gates, per-domain towers and outputs) gives predict's
+  // outputs in LibTorch and in Python torch.
+  ASSERT_TRUE(PathExists(dir.File("export/scripted_model.pt"))) << manifest.value("scripted_model_skipped", "");
+  PredictOptions predict;
+  predict.scripted_model_path = dir.File("export");
+  predict.predict_input_path = options.eval_input_path;
+  const auto expected = testing::RunPredict(predict, dir.File("pred"));
+  EXPECT_TRUE(expected.count("probs_cvr_2"));
+  EXPECT_LE(testing::CheckScriptedModel(dir.File("export"), options.eval_input_path, expected, dir), 1e-5);
 }
 
 }  // namespace

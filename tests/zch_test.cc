@@ -14,7 +14,7 @@
 
 #include <google/protobuf/text_format.h>
 
-#include "export_test_util.h"
+#include "managed_ids_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
@@ -22,8 +22,6 @@
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/embedding/zch_row_index.h"
-#include "tzrec/serving/exported_model.h"
-#include "tzrec/serving/predict.h"
 #include "tzrec/train/checkpoint.h"
 
 namespace tzrec {
@@ -386,29 +384,14 @@ std::vector<int64_t> Admitted(const std::map<std::string, at::Tensor>& tensors, 
 }
 
 TEST_F(ZchTraining, TrainsResumesBitForBitAndServesThroughItsIndexes) {
-  testing::DeterministicRuntime();
-  TrainAndEvaluate(Options(12, false, "straight"));
-  testing::DeterministicRuntime();
-  TrainAndEvaluate(Options(4, false, "resumed"));
-  testing::DeterministicRuntime();
-  TrainAndEvaluate(Options(12, true, "resumed"));
-  const auto checkpoints = ListCheckpoints(dir_.File("straight"));
-  ASSERT_GE(checkpoints.size(), 3u);
-  const auto at4 = LoadCheckpointTensors(checkpoints.front().path);
-  const auto straight = LoadCheckpointTensors(checkpoints.back().path);
-  const auto resumed = LoadCheckpointTensors(ListCheckpoints(dir_.File("resumed")).back().path);
-  int zch_tensors = 0;
-  for (const auto& [name, tensor] : straight) {
-    ASSERT_TRUE(resumed.count(name)) << name;
-    EXPECT_TRUE(torch::equal(tensor, resumed.at(name))) << name;
-    zch_tensors += name.find(".zch_") != std::string::npos;
-  }
-  EXPECT_GE(zch_tensors, 6 * 4);
+  const auto straight = testing::ExpectResumeIsBitForBit(
+      [&](int64_t steps, bool resume, const std::string& name) { return Options(steps, resume, name); }, dir_, 4, 12,
+      ".zch_", 6 * 4);
   for (const std::string table : {"user_id_emb", "item_id_emb", "item_id_emb.seq", "click_50_seq__item_id_emb.seq",
                                   "user_id_emb.seq", "buy_50_user_id_seq_emb.seq"}) {
     SCOPED_TRACE(table);
-    const std::vector<int64_t> before = Admitted(at4, table), after = Admitted(straight, table);
-    const int64_t size = straight.at("embedding_group." + table + ".weight.zch_ids").numel();
+    const std::vector<int64_t> before = Admitted(straight.first, table), after = Admitted(straight.last, table);
+    const int64_t size = straight.last.at("embedding_group." + table + ".weight.zch_ids").numel();
     EXPECT_EQ(static_cast<int64_t>(after.size()), size - 1);  // full
     if (table.find("item_id") == std::string::npos) continue;
     // LRU tables: ids seen lately push out the others between steps 4 and 12.
@@ -419,24 +402,10 @@ TEST_F(ZchTraining, TrainsResumesBitForBitAndServesThroughItsIndexes) {
   EXPECT_TRUE(testing::LastEvalResult(dir_.File("straight")).contains("auc"));
 
   // The export carries the indexes: predict from it equals predict from the checkpoint.
-  ExportOptions exporting;
-  exporting.pipeline_config_path = dir_.File("straight/pipeline.config");
-  exporting.quant_from_environment = false;
-  exporting.quant_emb = "0";
-  exporting.export_dir = dir_.File("export");
-  ExportModel(exporting);
-  const auto manifest = ReadExportManifest(exporting.export_dir);
+  const auto manifest = testing::ExpectExportPredictsLikeCheckpoint(dir_, dir_.File("straight"), base_.eval_input_path);
   int with_zch = 0;
   for (const auto& table : manifest["tables"]) with_zch += table.contains("zch");
   EXPECT_EQ(with_zch, 6);
-  PredictOptions from_export, from_checkpoint;
-  from_export.scripted_model_path = exporting.export_dir;
-  from_checkpoint.pipeline_config_path = dir_.File("straight/pipeline.config");
-  for (PredictOptions* p : {&from_export, &from_checkpoint}) p->predict_input_path = base_.eval_input_path;
-  auto a = testing::RunPredict(from_export, dir_.File("pred_export"));
-  auto b = testing::RunPredict(from_checkpoint, dir_.File("pred_checkpoint"));
-  ASSERT_FALSE(a.empty());
-  for (const auto& [name, values] : a) EXPECT_LE(testing::MaxAbsDiff(values, b[name]), 1e-6) << name;
 }
 
 }  // namespace

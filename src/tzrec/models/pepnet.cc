@@ -6,7 +6,8 @@
 // Each task tower is an optional MLP + Linear(num_class) — one per domain with
 // `domain_input_name`: inference then outputs "<prediction>_<tower>_<domain>" for every domain,
 // and losses and metrics read each row's own domain's output (its domain is the label field
-// `domain_input_name`, in [0, task_domain_num)).
+// `domain_input_name`, in [0, task_domain_num)). Exports get a scripted model with the same
+// per-domain outputs.
 #include <ATen/ops/cat.h>
 #include <ATen/ops/stack.h>
 #include <torch/nn/modules/activation.h>
@@ -34,6 +35,12 @@ class GateNUImpl : public torch::nn::Module {
                                                                     torch::nn::Sigmoid()));
   }
   at::Tensor forward(const at::Tensor& x) { return layers_->forward(x) * gamma_; }
+  std::string Script(ScriptWriter& w, const std::string& input, const std::string& name) const {
+    std::string x = input;
+    int i = 0;
+    for (const auto& layer : layers_->children()) x = ScriptLayer(w, *layer, x, StrCat(name, "_", i++));
+    return w.Let("gate", x + " * " + ScriptFloat(gamma_));
+  }
 
  private:
   double gamma_;
@@ -153,6 +160,53 @@ class PEPNet : public Model {
       }
     }
     return predictions;
+  }
+
+  void WriteScript(ScriptWriter& w, const StoredTables& tables) const override {
+    auto grouped = ScriptInput(w, tables);
+    std::string main = grouped.at("all");
+    if (epnet_) {
+      const std::string in = w.Let("epnet_in", "torch.cat([" + grouped.at("domain") + ", " + main + "], 1)");
+      main = w.Let("epnet", epnet_->Script(w, in, "epnet_gate_nu") + " * " + main);
+    }
+    const size_t num_tasks = heads().size();
+    std::vector<std::string> task_inputs(num_tasks, main);
+    if (ppnet_linears_) {
+      const std::string gate_input = w.Let("ppnet_gate_in", "torch.cat([" + grouped.at("uia") + ", " + main + "], 1)");
+      const size_t layers = dropout_.size();
+      auto activation = ppnet_activations_->begin();
+      for (size_t t = 0; t < num_tasks; ++t) {
+        std::string x = main;
+        for (size_t j = 0; j < layers; ++j, ++activation) {
+          const size_t k = t * layers + j;
+          x = ScriptLinear(w, *ppnet_linears_->ptr(k)->as<torch::nn::LinearImpl>(), x, StrCat("ppnet_linears_", k));
+          x = ScriptLayer(w, *activation->ptr(), x, StrCat("ppnet_activations_", k));
+          x = w.Let("ppnet", x + " * " + ppnet_gates_->ptr(k)->as<GateNUImpl>()->Script(w, gate_input, StrCat("ppnet_gate_nus_", k)));
+        }
+        task_inputs[t] = x;
+      }
+    }
+    auto tower = [&](size_t k, size_t t) {
+      return task_towers_->ptr(k)->as<TaskTowerImpl>()->Script(w, task_inputs[t], StrCat("task_tower_", k));
+    };
+    if (domain_label_.empty()) {
+      std::vector<std::string> outputs;
+      for (size_t t = 0; t < num_tasks; ++t) outputs.push_back(tower(t, t));
+      ScriptHeadPredictions(w, outputs);
+      return;
+    }
+    for (size_t t = 0; t < num_tasks; ++t) {
+      for (int d = 0; d < domains_; ++d) {
+        const std::vector<std::string> before = w.output_names();
+        heads()[t]->ScriptPredictions(w, tower(t * domains_ + d, t));
+        // The head's names, published per domain as Predict names them.
+        for (const std::string& name : w.output_names()) {
+          if (std::find(before.begin(), before.end(), name) == before.end()) {
+            w.Output(StrCat(name, "_", d), w.TakeOutput(name));
+          }
+        }
+      }
+    }
   }
 
   std::map<std::string, std::vector<int64_t>> OutputShapes() const override {

@@ -271,42 +271,41 @@ std::string DiceImpl::Script(ScriptWriter& w, const std::string& input, const st
                            ") * " + input);
 }
 
+std::string ScriptLayer(ScriptWriter& w, const torch::nn::Module& layer, const std::string& input,
+                        const std::string& name) {
+  const torch::nn::Module* m = &layer;
+  const std::string& x = input;
+  if (auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(m)) {
+    std::string call = "torch.linear(" + x + ", " + w.Tensor(name + "_weight", linear->weight);
+    if (linear->bias.defined()) call += ", " + w.Tensor(name + "_bias", linear->bias);
+    return w.Let("linear", call + ")");
+  }
+  if (auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(m)) return ScriptBatchNorm(w, *bn, x, name + "_bn");
+  if (auto* ln = dynamic_cast<const torch::nn::LayerNormImpl*>(m)) return ScriptLayerNorm(w, *ln, x, name + "_ln");
+  if (dynamic_cast<const torch::nn::ReLUImpl*>(m)) return w.Let("relu", "torch.relu(" + x + ")");
+  if (dynamic_cast<const torch::nn::SigmoidImpl*>(m)) return w.Let("sigmoid", "torch.sigmoid(" + x + ")");
+  if (dynamic_cast<const torch::nn::TanhImpl*>(m)) return w.Let("tanh", "torch.tanh(" + x + ")");
+  if (auto* gelu = dynamic_cast<const torch::nn::GELUImpl*>(m)) {
+    return w.Let("gelu", "torch.gelu(" + x + ", approximate=\"" + gelu->options.approximate() + "\")");
+  }
+  if (dynamic_cast<const torch::nn::SiLUImpl*>(m)) return w.Let("silu", "torch.silu(" + x + ")");
+  if (auto* elu = dynamic_cast<const torch::nn::ELUImpl*>(m)) {
+    return w.Let("elu", "torch.elu(" + x + ", " + ScriptFloat(elu->options.alpha()) + ")");
+  }
+  if (auto* leaky = dynamic_cast<const torch::nn::LeakyReLUImpl*>(m)) {
+    return w.Let("leaky_relu", "torch.leaky_relu(" + x + ", " + ScriptFloat(leaky->options.negative_slope()) + ")");
+  }
+  if (auto* prelu = dynamic_cast<const torch::nn::PReLUImpl*>(m)) {
+    return w.Let("prelu", "torch.prelu(" + x + ", " + w.Tensor(name + "_prelu_weight", prelu->weight) + ")");
+  }
+  if (auto* dice = dynamic_cast<const DiceImpl*>(m)) return dice->Script(w, x, name + "_dice");
+  if (dynamic_cast<const torch::nn::DropoutImpl*>(m)) return x;  // the identity at inference
+  ScriptWriter::Unsupported("layer " + m->name() + " has no TorchScript form");
+}
+
 std::string PerceptronImpl::Script(ScriptWriter& w, const std::string& input, const std::string& name) const {
   std::string x = input;
-  for (const auto& child : perceptron_->children()) {
-    const torch::nn::Module* m = child.get();
-    if (auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(m)) {
-      std::string call = "torch.linear(" + x + ", " + w.Tensor(name + "_weight", linear->weight);
-      if (linear->bias.defined()) call += ", " + w.Tensor(name + "_bias", linear->bias);
-      x = w.Let("linear", call + ")");
-    } else if (auto* bn = dynamic_cast<const torch::nn::BatchNorm1dImpl*>(m)) {
-      x = ScriptBatchNorm(w, *bn, x, name + "_bn");
-    } else if (auto* ln = dynamic_cast<const torch::nn::LayerNormImpl*>(m)) {
-      x = ScriptLayerNorm(w, *ln, x, name + "_ln");
-    } else if (dynamic_cast<const torch::nn::ReLUImpl*>(m)) {
-      x = w.Let("relu", "torch.relu(" + x + ")");
-    } else if (dynamic_cast<const torch::nn::SigmoidImpl*>(m)) {
-      x = w.Let("sigmoid", "torch.sigmoid(" + x + ")");
-    } else if (dynamic_cast<const torch::nn::TanhImpl*>(m)) {
-      x = w.Let("tanh", "torch.tanh(" + x + ")");
-    } else if (auto* gelu = dynamic_cast<const torch::nn::GELUImpl*>(m)) {
-      x = w.Let("gelu", "torch.gelu(" + x + ", approximate=\"" + gelu->options.approximate() + "\")");
-    } else if (dynamic_cast<const torch::nn::SiLUImpl*>(m)) {
-      x = w.Let("silu", "torch.silu(" + x + ")");
-    } else if (auto* elu = dynamic_cast<const torch::nn::ELUImpl*>(m)) {
-      x = w.Let("elu", "torch.elu(" + x + ", " + ScriptFloat(elu->options.alpha()) + ")");
-    } else if (auto* leaky = dynamic_cast<const torch::nn::LeakyReLUImpl*>(m)) {
-      x = w.Let("leaky_relu", "torch.leaky_relu(" + x + ", " + ScriptFloat(leaky->options.negative_slope()) + ")");
-    } else if (auto* prelu = dynamic_cast<const torch::nn::PReLUImpl*>(m)) {
-      x = w.Let("prelu", "torch.prelu(" + x + ", " + w.Tensor(name + "_prelu_weight", prelu->weight) + ")");
-    } else if (auto* dice = dynamic_cast<const DiceImpl*>(m)) {
-      x = dice->Script(w, x, name + "_dice");
-    } else if (dynamic_cast<const torch::nn::DropoutImpl*>(m)) {
-      // Identity at inference.
-    } else {
-      ScriptWriter::Unsupported("MLP layer " + m->name() + " has no TorchScript form");
-    }
-  }
+  for (const auto& child : perceptron_->children()) x = ScriptLayer(w, *child, x, name);
   return x;
 }
 

@@ -107,6 +107,11 @@ TORCH_MODULE(MLP);
 // torch.layer_norm with the module's shape, affine weights and eps; returns the output local.
 std::string ScriptLayerNorm(ScriptWriter& w, const torch::nn::LayerNormImpl& ln, const std::string& input,
                             const std::string& hint);
+// One layer of a Sequential (Linear, BatchNorm1d, LayerNorm, an activation CreateActivation
+// builds, Dropout) as TorchScript at inference; returns the output local. `name` prefixes its
+// tensors' attribute names. Other modules are ScriptUnsupported.
+std::string ScriptLayer(ScriptWriter& w, const torch::nn::Module& layer, const std::string& input,
+                        const std::string& name);
 // torch.linear(input, weight, bias) as TorchScript; returns the output local.
 std::string ScriptLinear(ScriptWriter& w, const torch::nn::LinearImpl& linear, const std::string& input,
                          const std::string& hint);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "tzrec/common/error.h"
+
 namespace tzrec {
 namespace {
 
@@ -76,6 +78,14 @@ std::string ScriptWriter::Input(const std::string& name) {
 }
 
 void ScriptWriter::Output(const std::string& name, const std::string& local) { outputs_[name] = local; }
+
+std::string ScriptWriter::TakeOutput(const std::string& name) {
+  auto it = outputs_.find(name);
+  TZREC_CHECK(it != outputs_.end(), "no scripted output '", name, "'");
+  std::string local = it->second;
+  outputs_.erase(it);
+  return local;
+}
 
 void ScriptWriter::Method(const std::string& name, const std::string& source) {
   methods_.emplace(name, source);

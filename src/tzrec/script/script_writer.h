@@ -61,6 +61,8 @@ class ScriptWriter {
   std::string Input(const std::string& name);
   // Sets prediction `name` to local `local` (a later call for the same name replaces it).
   void Output(const std::string& name, const std::string& local);
+  // Removes prediction `name` and returns its local (to publish it under another name).
+  std::string TakeOutput(const std::string& name);
   // A helper method of the module, defined once under `name` (its full `def` source).
   void Method(const std::string& name, const std::string& source);
 
