@@ -154,6 +154,7 @@ TEST(SupportedFields, ReferenceConfigsOfImplementedModelsAreSupported) {
                            "mind_mock.config", "mind_taobao.config", "tdm_fg_mock.config", "tdm_taobao.config",
                            "dssm_v2_mlpemb_fg_mock.config", "multi_tower_din_fg_mock_fp16_ga.config",
                            "multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_zch_fg_mock.config", "multi_tower_din_fg_dynamicemb_mock.config",
+                           "multi_tower_din_fg_mock_bf16_emb_fp16.config",
                            "pepnet_taobao.config",
                            "dbmtl_has_sequence_variational_dropout_mock.config"}) {
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));

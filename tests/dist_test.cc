@@ -226,7 +226,12 @@ void TwoRanksMatchOneProcess(const std::string& sharding, const std::string& exa
     const bool both_sparse = ids != y.end() && x.count(ids->first);
     if (both_sparse) EXPECT_TRUE(torch::equal(x[ids->first], ids->second)) << ids->first;
     const at::Tensor expected = ids == y.end() || both_sparse ? kv.second : kv.second.index_select(0, ids->second);
-    EXPECT_TRUE(expected.allclose(y[kv.first], 1e-4, 1e-4))
+    // FP16 tables (values all halves): the merged gradients may differ from one process's by
+    // float rounding, which can move an element across its stochastic rounding threshold, one
+    // half step (2^-10 relative) away; from there its later roundings draw other random bits,
+    // a walk of a few half steps over the run (the losses below stay as close as fp32's).
+    const bool halves = expected.scalar_type() == at::kFloat && torch::equal(expected, expected.to(at::kHalf).to(at::kFloat));
+    EXPECT_TRUE(expected.allclose(y[kv.first], halves ? 1e-2 : 1e-4, 1e-4))
         << kv.first << " max diff " << (expected - y[kv.first]).abs().max().item<float>();
   }
   // The logged loss curve (global-batch losses) is the same.
@@ -375,6 +380,19 @@ TEST(Distributed, TwoRanksWithDynamicembTablesMatchOneProcess) {
     ASSERT_EQ(n, 2);
   };
   TwoRanksMatchOneProcess("data_parallel", "deepfm_mock", "cat_4", {}, "", "", dynamicemb);
+}
+
+// FP16 tables: replicas round alike (the random bits follow the values, not the rank), and
+// sharded tables' owners round the merged gradients as one process rounds its own.
+TEST(Distributed, TwoRanksWithFp16TablesMatchOneProcess) {
+  auto fp16 = [](protos::EasyRecConfig* config) {
+    for (auto& feature : *config->mutable_feature_configs()) {
+      if (feature.has_id_feature()) feature.mutable_id_feature()->set_data_type("FP16");
+    }
+  };
+  for (const char* sharding : {"data_parallel", "row_wise"}) {
+    TwoRanksMatchOneProcess(sharding, "deepfm_mock", "cat_4", {}, "", "", fp16);
+  }
 }
 
 TEST(Distributed, TwoRanksMatchOneProcessWithAccumulationClippingAndEma) {

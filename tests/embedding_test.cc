@@ -140,6 +140,79 @@ TEST(FusedEmbedding, MatchesReferenceTwinForEveryOptimizer) {
   at::set_num_threads(threads);
 }
 
+// FP16 rows (half weights, fp32 state): the fused kernels equal the reference twin, which
+// rounds through c10::Half's neighbours instead of bit arithmetic, for every optimizer and
+// ISA, at fixed-width dims and runtime ones (odd ones pad their last half), with some rows in
+// half's subnormal range. fp32 math in another order (FMA, association) may move a value
+// across its random rounding threshold: such elements differ by one half step, and are rare
+// (each step starts from equal storages).
+TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(3);
+  testing::ForEachCpuIsa([] {
+    std::mt19937 rng(17);
+    for (const auto& spec : AllSpecs()) {
+      for (int dim : {3, 8, 16, 19, 32, 70}) {
+        SCOPED_TRACE(::testing::Message() << spec.Name() << " dim " << dim << " wd mode "
+                                          << static_cast<int>(spec.weight_decay_mode));
+        torch::manual_seed(dim);
+        SparseOptimizer optimizer(spec);
+        EmbeddingStorage fused(dim, &optimizer, RowFormat::kFloat16), reference(dim, &optimizer, RowFormat::kFloat16);
+        ASSERT_EQ(fused.row_width(), (dim + 1) / 2 + spec.StateWidth(dim));
+        std::vector<EmbeddingTable*> fused_tables, reference_tables;
+        for (auto [rows, trainable] : {std::pair<int64_t, bool>{30, true}, {7, true}, {9, false}}) {
+          fused_tables.push_back(fused.AddTable("t", rows, trainable));
+          reference_tables.push_back(reference.AddTable("t", rows, trainable));
+        }
+        fused.Allocate();
+        reference.Allocate();
+        // Rows 0-3 of table 0 in half's subnormal range (below 2^-14).
+        fused_tables[0]->stored().narrow(0, 0, 4).copy_(fused_tables[0]->weight().narrow(0, 0, 4) * 1e-4f);
+        reference.tensor().copy_(fused.tensor());
+        const at::Tensor trained = fused_tables[0]->weight(), frozen = fused_tables[2]->weight();
+        for (int64_t iteration = 1; iteration <= 4; ++iteration) {
+          const int64_t bags = iteration % 2 ? 37 : 2500;
+          std::vector<RandomLookup> lookups = {
+              MakeLookup(rng, 0, 30, bags, false), MakeLookup(rng, 1, 7, bags, true),
+              MakeLookup(rng, 0, 30, bags, true), MakeLookup(rng, 2, 9, bags, false),
+              MakeLookup(rng, 1, 7, bags, false, /*weighted=*/true)};
+          const int64_t width = static_cast<int64_t>(lookups.size()) * dim;
+          at::Tensor out_fused = torch::empty({bags, width}), out_reference = torch::empty({bags, width});
+          // Both forwards read the fused storage (the two storages may differ by rounding).
+          FusedKernels().forward_fp16(fused.data(), fused.row_width(), dim, Args(lookups, fused_tables), bags,
+                                      out_fused.data_ptr<float>());
+          ReferenceKernels().forward_fp16(fused.data(), fused.row_width(), dim, Args(lookups, fused_tables), bags,
+                                          out_reference.data_ptr<float>());
+          EXPECT_TRUE(torch::allclose(out_fused, out_reference, 1e-5, 1e-5)) << (out_fused - out_reference).abs().max();
+          at::Tensor grad = torch::randn({bags, width}) * 0.1;
+          FusedKernels().backward_update(&fused, Args(lookups, fused_tables), bags, grad.data_ptr<float>(), iteration);
+          ReferenceKernels().backward_update(&reference, Args(lookups, reference_tables), bags,
+                                             grad.data_ptr<float>(), iteration);
+          for (size_t t = 0; t < fused_tables.size(); ++t) {
+            const at::Tensor a = fused_tables[t]->weight(), b = reference_tables[t]->weight();
+            // One half step at |x| is at most |x| * 2^-10 (and 2^-24 in the subnormal range).
+            const at::Tensor step = torch::maximum(a.abs(), b.abs()) * std::ldexp(1.0, -10) + std::ldexp(1.0, -24);
+            const at::Tensor differ = (a - b).abs();
+            EXPECT_TRUE((differ <= step * 1.001).all().item<bool>()) << t << " " << differ.max();
+            EXPECT_LE((differ > 0).sum().item<int64_t>(), a.numel() / 50 + 1) << t;
+            for (size_t k = 0; k < fused_tables[t]->optimizer_state().size(); ++k) {
+              const at::Tensor x = fused_tables[t]->optimizer_state()[k].second;
+              const at::Tensor y = reference_tables[t]->optimizer_state()[k].second;
+              EXPECT_TRUE(torch::allclose(x, y, 1e-3, 1e-5)) << t << " " << (x - y).abs().max();
+            }
+          }
+          // Each step compared from equal rows: one rounding flip must not grow into several.
+          reference.tensor().copy_(fused.tensor());
+        }
+        // The frozen table never moved; the trained ones did.
+        EXPECT_TRUE(torch::equal(frozen, fused_tables[2]->weight()));
+        EXPECT_FALSE(torch::equal(trained, fused_tables[0]->weight()));
+      }
+    }
+  });
+  at::set_num_threads(threads);
+}
+
 // Non-finite values go through the fused kernels as through the reference twin: a NaN row
 // and an inf id weight poison exactly the same outputs, and an inf gradient the same rows
 // and optimizer state, for every optimizer (with and without gradient clipping).

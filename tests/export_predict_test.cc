@@ -110,7 +110,7 @@ TEST(TableQuantization, Int8LookupsMatchFp32LookupsOfTheDequantisedRows) {
   at::manual_seed(5);
   for (int dim : {16, 12}) {
     SCOPED_TRACE(dim);
-    EmbeddingStorage fp32(dim, nullptr), int8(dim, nullptr, /*int8_rows=*/true);
+    EmbeddingStorage fp32(dim, nullptr), int8(dim, nullptr, RowFormat::kInt8);
     EmbeddingTable* a1 = fp32.AddTable("a", 300, false);
     EmbeddingTable* a2 = fp32.AddTable("b", 40, false);
     EmbeddingTable* q1 = int8.AddTable("a", 300, false);

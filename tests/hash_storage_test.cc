@@ -329,6 +329,9 @@ void TrainsUncappedCriteo(const std::string& config_name) {
 TEST(HashStorage, CriteoDeepFMTrainsWithItsDeclaredTableSizes) { TrainsUncappedCriteo("deepfm_criteo.config"); }
 TEST(HashStorage, CriteoDLRMTrainsWithItsDeclaredTableSizes) { TrainsUncappedCriteo("dlrm_criteo.config"); }
 TEST(HashStorage, CriteoMaskNetTrainsWithItsDeclaredTableSizes) { TrainsUncappedCriteo("masknet_criteo.config"); }
+// Its dense_mlp ends in 128 against sparse features of 16, which TorchEasyRec's WuKong refuses:
+// here the dense output makes 8 fields (models/wukong.cc).
+TEST(HashStorage, CriteoWuKongTrainsWithItsDeclaredTableSizes) { TrainsUncappedCriteo("wukong_criteo.config"); }
 
 }  // namespace
 }  // namespace tzrec

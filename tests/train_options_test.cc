@@ -545,17 +545,10 @@ namespace tzrec {
 namespace {
 
 // TorchEasyRec's test configs of these options train unchanged from gen_data output (their
-// dense features embedded by autodis and mlp; FP16 computed in fp32), except the one with FP16
-// tables, whose `data_type` is named (issue 18).
-TEST(TrainingOptionConfigs, TorchEasyRecsOptionConfigsTrainOrNameWhatIsMissing) {
-  std::set<std::string> unsupported;
-  for (const auto& u : FindUnsupportedFields(LoadPipelineConfig(testing::ReferenceConfig("multi_tower_din_fg_mock_bf16_emb_fp16.config")))) {
-    const bool table_type = u.path.size() > 10 && u.path.substr(u.path.size() - 10) == ".data_type";
-    unsupported.insert(table_type ? "data_type" : u.path);
-  }
-  EXPECT_EQ(unsupported, std::set<std::string>{"data_type"});
+// dense features embedded by autodis and mlp; FP16 computed in fp32; FP16 tables as halves).
+TEST(TrainingOptionConfigs, TorchEasyRecsOptionConfigsTrain) {
   for (const char* name : {"multi_tower_din_fg_mock_gradient_clipping.config", "multi_tower_din_fg_mock_adagrad_init_acc.config",
-                           "multi_tower_din_fg_mock_fp16_ga.config"}) {
+                           "multi_tower_din_fg_mock_fp16_ga.config", "multi_tower_din_fg_mock_bf16_emb_fp16.config"}) {
     SCOPED_TRACE(name);
     testing::TempDir dir;
     auto config = LoadPipelineConfig(testing::ReferenceConfig(name));

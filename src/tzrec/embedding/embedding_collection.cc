@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <tuple>
 #include <cstring>
 
 #include "tzrec/common/error.h"
@@ -25,13 +26,14 @@ namespace tzrec {
 int64_t EmbeddingCollection::TableBytes(const EmbeddingTableSpec& spec,
                                         const SparseOptimizerSpec* optimizer) {
   const int64_t state = optimizer ? optimizer->StateWidth(spec.dim) : 0;
-  return spec.rows * ((spec.dim + state) * 4 + 4);
+  const int64_t weight = spec.fp16 ? HalfWeightFloats(spec.dim) : spec.dim;
+  return spec.rows * ((weight + state) * 4 + 4);
 }
 
 int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
                                   const std::string& feature, const std::string& where,
                                   bool sequence, const fg::ZchSpec* zch,
-                                  const fg::DynamicEmbSpec* dynamicemb) {
+                                  const fg::DynamicEmbSpec* dynamicemb, bool fp16) {
   TZREC_CHECK(!materialized_, "table '", name, "' added after Materialize");
   for (size_t i = 0; i < specs_.size(); ++i) {
     EmbeddingTableSpec& spec = specs_[i];
@@ -56,6 +58,9 @@ int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim
            spec.dynamicemb ? spec.dynamicemb->Describe() : "none", " vs ",
            dynamicemb ? dynamicemb->Describe() : "none", ")");
     }
+    if (spec.fp16 != fp16) {
+      Fail(where, ": embedding '", name, "' is shared by features with data_type FP16 and FP32");
+    }
     if (std::find(spec.features.begin(), spec.features.end(), feature) == spec.features.end()) {
       spec.features.push_back(feature);
     }
@@ -63,7 +68,7 @@ int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim
   }
   specs_.push_back({name, rows, dim, trainable, {feature}, sequence,
                     zch ? std::optional<fg::ZchSpec>(*zch) : std::nullopt,
-                    dynamicemb ? std::optional<fg::DynamicEmbSpec>(*dynamicemb) : std::nullopt});
+                    dynamicemb ? std::optional<fg::DynamicEmbSpec>(*dynamicemb) : std::nullopt, fp16});
   return static_cast<int>(specs_.size() - 1);
 }
 
@@ -153,7 +158,7 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
   comm_ = options.comm;
   // A fused storage looks its tables up in one call with one bag count, so tables read from
   // different data groups (sampled item features have more rows) get storages of their own.
-  std::map<std::pair<int, std::string>, size_t> storage_of_dim;
+  std::map<std::tuple<int, int, std::string>, size_t> storage_of_dim;
   std::vector<size_t> storage_of_table;
   std::vector<std::string> group_of_table(specs_.size());
   for (const auto* lookups : {&lookups_, &sequence_lookups_}) {
@@ -177,20 +182,22 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
       if (spec.dynamicemb) Fail("dynamicemb table '", spec.name, "' cannot be sharded: every rank holds it whole");
       TZREC_CHECK(comm_ != nullptr, "sharded table '", spec.name, "' without a process group");
       const TableShard& shard = sharded->second;
-      storages_.push_back(std::make_unique<EmbeddingStorage>(shard.local_dim(shard.rank), optimizer_));
+      storages_.push_back(std::make_unique<EmbeddingStorage>(
+          shard.local_dim(shard.rank), optimizer_, spec.fp16 ? RowFormat::kFloat16 : RowFormat::kFloat32));
       storage_shards_.push_back(shard);
       storage_out_dims_.push_back(spec.dim);
       storage_of_table.push_back(storages_.size() - 1);
       tables_.push_back(storages_.back()->AddTable(spec.name, shard.local_rows(shard.rank), spec.trainable));
       continue;
     }
-    // INT8 tables (inference) share storages of their own, keyed by -dim.
+    // INT8 tables (inference) and FP16 tables share storages of their own.
     const bool int8 = options.int8_tables.count(spec.name) > 0;
     TZREC_CHECK(!int8 || !optimizer_, "INT8 table '", spec.name, "' with an optimizer");
-    const std::pair<int, std::string> key(int8 ? -spec.dim : spec.dim, group_of_table[t]);
+    const RowFormat format = int8 ? RowFormat::kInt8 : spec.fp16 ? RowFormat::kFloat16 : RowFormat::kFloat32;
+    const std::tuple<int, int, std::string> key(spec.dim, static_cast<int>(format), group_of_table[t]);
     auto it = storage_of_dim.find(key);
     if (it == storage_of_dim.end()) {
-      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer_, int8));
+      storages_.push_back(std::make_unique<EmbeddingStorage>(spec.dim, optimizer_, format));
       storage_shards_.push_back(TableShard{});
       storage_out_dims_.push_back(spec.dim);
       it = storage_of_dim.emplace(key, storages_.size() - 1).first;
@@ -499,8 +506,10 @@ int EmbeddingCollection::RestoreRows(EmbeddingTable* table, const std::map<std::
       const int64_t n = std::min(chunk, table->rows() - begin);
       InitializeRowRange(table->row_init(), table->logical_row_begin() + begin, n, table->logical_column_begin(),
                          table->dim(), initial.data_ptr<float>(), table->dim());
+      // An FP16 table's initial values are the drawn ones rounded to halves.
+      const at::Tensor as_stored = storage->fp16_rows() ? initial.to(at::kHalf).to(at::kFloat) : initial;
       const float* saved_rows = weight.data_ptr<float>() + begin * table->dim();
-      const float* init_rows = initial.data_ptr<float>();
+      const float* init_rows = as_stored.data_ptr<float>();
       for (int64_t r = 0; r < n; ++r) {
         if (std::memcmp(saved_rows + r * table->dim(), init_rows + r * table->dim(), 4 * table->dim()) != 0) {
           changed.push_back(begin + r);
@@ -529,9 +538,7 @@ int EmbeddingCollection::RestoreRows(EmbeddingTable* table, const std::map<std::
       continue;
     }
     at::Tensor part = it->second;
-    if (storage->int8_rows() && part.scalar_type() == at::kFloat && part.dim() == 2 && part.size(1) == table->dim()) {
-      part = QuantizeTable(part, TableDtype::kINT8);
-    }
+    if (name == "weight") part = storage->StoredForm(part);
     if (part.dim() != 2 || part.size(0) != ids.numel() || part.size(1) != target.size(1) ||
         part.scalar_type() != target.scalar_type()) {
       Fail(source, ": table ", what, " is ", part.scalar_type(), " ", part.sizes(), " for ", ids.numel(),
@@ -604,7 +611,6 @@ int EmbeddingCollection::RestoreTables(
       restored += RestoreRows(table, saved_table->second, with_optimizer_state, source, missing);
       continue;
     }
-    const bool int8 = table->storage()->int8_rows();
     std::vector<std::pair<std::string, at::Tensor>> targets = {{"weight", table->stored()}};
     if (with_optimizer_state) {
       for (auto& kv : table->optimizer_state()) targets.push_back(kv);
@@ -625,11 +631,8 @@ int EmbeddingCollection::RestoreTables(
         }
         part = LocalPart(*shard, logical, logical.size(1) == shard->dim);
       }
-      // An INT8 table takes its stored form, or fp32 weights it quantises.
-      if (int8 && part.scalar_type() == at::kFloat && part.dim() == 2 &&
-          part.size(1) == table->dim()) {
-        part = QuantizeTable(part, TableDtype::kINT8);
-      }
+      // INT8 and FP16 tables take their stored form, or fp32 weights they convert.
+      if (name == "weight") part = table->storage()->StoredForm(part);
       if (part.sizes() != target.sizes() || part.scalar_type() != target.scalar_type()) {
         Fail(source, ": table ", what, " is ", part.scalar_type(), " ", logical.sizes(),
              " but the model needs ", target.scalar_type(), " ",

@@ -54,6 +54,8 @@ struct EmbeddingTableSpec {
   std::optional<fg::ZchSpec> zch;
   // dynamicemb: the features' raw ids reach rows through a DynamicRowIndex (rows: its capacity).
   std::optional<fg::DynamicEmbSpec> dynamicemb;
+  // `data_type: FP16`: weights stored as halves (RowFormat::kFloat16).
+  bool fp16 = false;
 };
 
 // One forward of all lookups: per storage a [B, L*dim] output, and where each lookup sits.
@@ -82,7 +84,8 @@ class EmbeddingCollection {
   // must agree on them).
   int AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
                const std::string& feature, const std::string& where, bool sequence = false,
-               const fg::ZchSpec* zch = nullptr, const fg::DynamicEmbSpec* dynamicemb = nullptr);
+               const fg::ZchSpec* zch = nullptr, const fg::DynamicEmbSpec* dynamicemb = nullptr,
+               bool fp16 = false);
   // Registers (or finds) the pooled lookup of `feature`'s ids in `table`.
   int AddLookup(const Feature* feature, int table);
   // Registers (or finds) the unpooled lookup of sequence feature `feature` in `table`: one

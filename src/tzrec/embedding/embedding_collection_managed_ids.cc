@@ -350,9 +350,7 @@ int EmbeddingCollection::RestoreDynamicTable(int t, const std::map<std::string, 
       continue;
     }
     at::Tensor part = it->second;
-    if (storage->int8_rows() && part.scalar_type() == at::kFloat && part.dim() == 2 && part.size(1) == table->dim()) {
-      part = QuantizeTable(part, TableDtype::kINT8);
-    }
+    if (key == "weight") part = storage->StoredForm(part);
     if (part.dim() != 2 || part.size(0) != n || part.size(1) != target.size(1) ||
         part.scalar_type() != target.scalar_type()) {
       Fail(what, " ", key, " is ", part.scalar_type(), " ", part.sizes(), " for ", n, " ids but the model needs ",

@@ -4,6 +4,7 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/Half.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -52,12 +53,18 @@ std::vector<int64_t> EmbeddingTable::resident_ids() const {
 
 at::Tensor EmbeddingTable::weight() const {
   TZREC_CHECK(!storage_->int8_rows(), "table '", name_, "' is stored INT8: read stored()");
+  if (storage_->fp16_rows()) return stored().to(at::kFloat);
   return storage_->tensor().narrow(0, first_row_, resident_rows()).narrow(1, 0, storage_->dim());
 }
 
 at::Tensor EmbeddingTable::stored() const {
-  if (!storage_->int8_rows()) return weight();
-  return storage_->tensor().narrow(0, first_row_, resident_rows());
+  at::Tensor rows = storage_->tensor().narrow(0, first_row_, resident_rows());
+  if (storage_->int8_rows()) return rows;
+  if (storage_->fp16_rows()) {
+    // The packed halves of each row, reinterpreted in place.
+    return rows.narrow(1, 0, storage_->state_offset()).view(at::kHalf).narrow(1, 0, storage_->dim());
+  }
+  return rows.narrow(1, 0, storage_->dim());
 }
 
 std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state() const {
@@ -65,16 +72,18 @@ std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state(
   if (!storage_->has_optimizer()) return state;
   at::Tensor rows = storage_->tensor().narrow(0, first_row_, resident_rows());
   for (const auto& slice : storage_->optimizer().spec().StateSlices(storage_->dim())) {
-    state.emplace_back(slice.name, rows.narrow(1, storage_->dim() + slice.offset, slice.width));
+    state.emplace_back(slice.name, rows.narrow(1, storage_->state_offset() + slice.offset, slice.width));
   }
   return state;
 }
 
-EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer, bool int8_rows)
-    : dim_(dim), int8_rows_(int8_rows), optimizer_(optimizer) {
+EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer, RowFormat format)
+    : dim_(dim), int8_rows_(format == RowFormat::kInt8), fp16_rows_(format == RowFormat::kFloat16),
+      optimizer_(optimizer) {
   TZREC_CHECK(dim > 0);
-  TZREC_CHECK(!int8_rows || !optimizer, "INT8 embedding storages are for inference only");
-  row_width_ = dim + (optimizer ? optimizer->spec().StateWidth(dim) : 0);
+  TZREC_CHECK(!int8_rows_ || !optimizer, "INT8 embedding storages are for inference only");
+  state_offset_ = fp16_rows_ ? HalfWeightFloats(dim) : dim;
+  row_width_ = state_offset_ + (optimizer ? optimizer->spec().StateWidth(dim) : 0);
 }
 
 EmbeddingTable* EmbeddingStorage::AddTable(const std::string& name, int64_t rows, bool trainable,
@@ -104,10 +113,7 @@ void EmbeddingStorage::Allocate(bool initialize) {
   // Dense tables' state and backward slots now; hash-stored and managed rows' when handed out.
   for (const auto& table : tables_) {
     if (table->hashed() || table->managed()) continue;
-    if (!int8_rows_ && row_width_ > dim_) {
-      data_.narrow(0, table->first_row(), table->rows()).narrow(1, dim_, row_width_ - dim_)
-          .fill_(optimizer_->spec().InitialState());
-    }
+    if (!int8_rows_) ResetStateRange(table->first_row(), table->rows());
     if (slots_.defined()) slots_.narrow(0, table->first_row(), table->rows()).fill_(-1);
   }
   if (!initialize) return;
@@ -128,8 +134,33 @@ void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_ro
     table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
     return;
   }
+  if (fp16_rows_) {
+    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
+    InitializeRowRange(table->row_init_, row_begin, table->rows(), column_begin, dim_, drawn.data_ptr<float>(), dim_);
+    WriteWeightRange(table->first_row(), table->rows(), drawn.data_ptr<float>());
+    return;
+  }
   InitializeRowRange(table->row_init_, row_begin, table->rows(), column_begin, dim_,
                      data() + table->first_row() * row_width_, row_width_);
+}
+
+void EmbeddingStorage::WriteWeightRange(int64_t first_row, int64_t n, const float* drawn) {
+  if (n == 0) return;
+  at::Tensor source = at::from_blob(const_cast<float*>(drawn), {n, dim_}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor rows = data_.narrow(0, first_row, n);
+  if (fp16_rows_) {
+    at::Tensor halves = rows.narrow(1, 0, state_offset_).view(at::kHalf);
+    halves.narrow(1, 0, dim_).copy_(source);  // round to nearest even
+    if (dim_ % 2 == 1) halves.narrow(1, dim_, 1).zero_();  // the padding half, so rows are fully defined
+  } else {
+    rows.narrow(1, 0, dim_).copy_(source);
+  }
+}
+
+void EmbeddingStorage::ResetStateRange(int64_t first_row, int64_t n) {
+  if (row_width_ == state_offset_ || n == 0) return;
+  data_.narrow(0, first_row, n).narrow(1, state_offset_, row_width_ - state_offset_)
+      .fill_(optimizer_->spec().InitialState());
 }
 
 void EmbeddingStorage::InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
@@ -144,14 +175,21 @@ void EmbeddingStorage::InitializeRowsAt(const EmbeddingTable& table, const std::
     for (int64_t i = 0; i < n; ++i) data_[table.first_row() + slots[i]].copy_(quantized[i]);
     return;
   }
+  // Row by row in plain loops: hash-stored tables come here for every new id of a batch.
   float* base = data() + table.first_row() * row_width_;
   const float* src = drawn.data_ptr<float>();
-  const float state = row_width_ > dim_ ? optimizer_->spec().InitialState() : 0.0f;
+  const float state = row_width_ > state_offset_ ? optimizer_->spec().InitialState() : 0.0f;
   int32_t* free_slots = slots_.defined() ? slots_.data_ptr<int32_t>() + table.first_row() : nullptr;
   for (int64_t i = 0; i < n; ++i) {
     float* row = base + slots[i] * row_width_;
-    std::memcpy(row, src + i * dim_, sizeof(float) * dim_);
-    std::fill(row + dim_, row + row_width_, state);
+    if (fp16_rows_) {
+      c10::Half* half = reinterpret_cast<c10::Half*>(row);
+      for (int d = 0; d < dim_; ++d) half[d] = c10::Half(src[i * dim_ + d]);  // round to nearest even
+      if (dim_ % 2 == 1) half[dim_] = c10::Half(0.0f);
+    } else {
+      std::memcpy(row, src + i * dim_, sizeof(float) * dim_);
+    }
+    std::fill(row + state_offset_, row + row_width_, state);
     if (free_slots) free_slots[slots[i]] = -1;
   }
 }
@@ -283,18 +321,29 @@ void EmbeddingStorage::ReinitializeTable(EmbeddingTable* table) {
     table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
     return;
   }
-  InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
-                     dim_, data() + table->first_row() * row_width_, row_width_);
-  if (row_width_ > dim_) {
-    data_.narrow(0, table->first_row(), table->rows()).narrow(1, dim_, row_width_ - dim_)
-        .fill_(optimizer_->spec().InitialState());
+  if (fp16_rows_) {
+    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
+    InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
+                       dim_, drawn.data_ptr<float>(), dim_);
+    WriteWeightRange(table->first_row(), table->rows(), drawn.data_ptr<float>());
+  } else {
+    InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
+                       dim_, data() + table->first_row() * row_width_, row_width_);
   }
+  ResetStateRange(table->first_row(), table->rows());
 }
 
 void EmbeddingStorage::ClearHashedTable(EmbeddingTable* table) {
   TZREC_CHECK(table->hashed(), "table '", table->name(), "' is not hash-stored");
   std::lock_guard<std::mutex> lock(table->index_mutex_);
   table->index_->Clear();
+}
+
+at::Tensor EmbeddingStorage::StoredForm(const at::Tensor& weights) const {
+  if (weights.scalar_type() != at::kFloat || weights.dim() != 2 || weights.size(1) != dim_) return weights;
+  if (int8_rows_) return QuantizeTable(weights, TableDtype::kINT8);
+  if (fp16_rows_) return weights.to(at::kHalf);
+  return weights;
 }
 
 int64_t EmbeddingStorage::resident_bytes() const {

@@ -6,6 +6,11 @@
 // are row ranges; EmbeddingTable is a named handle onto its range, whose weight and state
 // are strided views (for checkpoints and tests).
 //
+// Row formats: fp32 (the default); FP16 (`data_type: FP16` tables: the weights as IEEE halves
+// packed into the first HalfWeightFloats(dim) floats of the row, the optimizer state fp32
+// after them, so a row of dim 16 with row-wise Adagrad is 36 bytes instead of 68); INT8
+// row-wise (inference only, table_quantization.h).
+//
 // A hash-stored table (tables bigger than memory) keeps its declared row range but hands its
 // rows out in order of first touch through an id -> row map (HashRowIndex): lookups translate
 // ids to rows first (SlotsOf), so the kernels are the same, and a storage holding one is a
@@ -62,10 +67,12 @@ class EmbeddingTable {
   int dim() const;
   bool trainable() const { return trainable_; }
   EmbeddingStorage* storage() const { return storage_; }
-  // [rows, dim] view of the weights (writable); fp32 storages only. Hash-stored tables: the
-  // resident rows, [resident_rows(), dim] in row order (ids: resident_ids()).
+  // [rows, dim] fp32 weights: a writable view for fp32 storages, a copy for FP16 ones (not for
+  // INT8 ones). Hash-stored tables: the resident rows, [resident_rows(), dim] in row order
+  // (ids: resident_ids()).
   at::Tensor weight() const;
-  // The rows as stored: weight() for fp32 storages, uint8 [rows, dim + 4] for INT8 ones.
+  // The weights as stored (writable view): weight() for fp32 storages, half [rows, dim] for
+  // FP16 ones, uint8 [rows, dim + 4] for INT8 ones.
   at::Tensor stored() const;
   // Named optimizer state views, e.g. {"sum": [rows, dim]} for adagrad.
   std::vector<std::pair<std::string, at::Tensor>> optimizer_state() const;
@@ -86,12 +93,15 @@ class EmbeddingTable {
   friend class EmbeddingStorage;
 };
 
+enum class RowFormat { kFloat32, kFloat16, kInt8 };
+
 class EmbeddingStorage {
  public:
-  // `optimizer` may be null (inference): rows then hold weights only. `int8_rows` (inference
-  // only): rows are INT8 row-wise (table_quantization.h: dim codes, fp16 scale, fp16 bias),
-  // a third of the fp32 bytes; lookups dequantise on the fly.
-  EmbeddingStorage(int dim, const SparseOptimizer* optimizer, bool int8_rows = false);
+  // `optimizer` may be null (inference): rows then hold weights only. kFloat16: half weights,
+  // fp32 state (see above). kInt8 (inference only): rows are INT8 row-wise
+  // (table_quantization.h: dim codes, fp16 scale, fp16 bias), a third of the fp32 bytes;
+  // lookups dequantise on the fly.
+  EmbeddingStorage(int dim, const SparseOptimizer* optimizer, RowFormat format = RowFormat::kFloat32);
 
   // Adds a table before Allocate(); rows are initialised uniform in +-sqrt(1/rows)
   // (TorchRec's default bound) by row_init.h. `hashed`: rows allocated on first touch.
@@ -136,18 +146,25 @@ class EmbeddingStorage {
   void ReinitializeTable(EmbeddingTable* table);
   // Forgets every row of hash-stored `table` (a restore refills it through SlotsOf).
   void ClearHashedTable(EmbeddingTable* table);
+  // Saved weights in the form stored() holds: fp32 [n, dim] weights are quantised for an
+  // INT8 storage and rounded to nearest for an FP16 one; anything else is returned as is.
+  at::Tensor StoredForm(const at::Tensor& weights) const;
   // Bytes the tables use now: all rows of dense tables, resident rows of hash-stored ones
   // (with optimizer state and the backward's 4-byte slot).
   int64_t resident_bytes() const;
 
   int dim() const { return dim_; }
+  // Floats per row (fp32 and FP16 storages).
   int row_width() const { return row_width_; }
+  // Float offset of the optimizer state in a row: dim, or HalfWeightFloats(dim) for FP16 rows.
+  int state_offset() const { return state_offset_; }
   int64_t total_rows() const { return total_rows_; }
   float* data() {
     TZREC_CHECK(!int8_rows_, "float access to an INT8 embedding storage");
     return data_.data_ptr<float>();
   }
   bool int8_rows() const { return int8_rows_; }
+  bool fp16_rows() const { return fp16_rows_; }
   const uint8_t* int8_data() const { return data_.data_ptr<uint8_t>(); }
   // Bytes per stored row.
   int64_t row_bytes() const { return int8_rows_ ? dim_ + 4 : int64_t{4} * row_width_; }
@@ -179,7 +196,9 @@ class EmbeddingStorage {
  private:
   int dim_;
   int row_width_;
+  int state_offset_;
   bool int8_rows_ = false;
+  bool fp16_rows_ = false;
   const SparseOptimizer* optimizer_;
   int64_t total_rows_ = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
@@ -191,6 +210,11 @@ class EmbeddingStorage {
   // [first_row + slots[i]] for logical rows `logical[i]`.
   void InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
                         const std::vector<int64_t>& logical, const RowInit* init = nullptr);
+  // Writes fp32 weights `drawn` [n, dim] into rows first_row.. of an fp32 or FP16 storage
+  // (FP16: rounded to nearest even, as TorchRec's initial values are).
+  void WriteWeightRange(int64_t first_row, int64_t n, const float* drawn);
+  // Fresh optimizer state in `n` rows from first_row.
+  void ResetStateRange(int64_t first_row, int64_t n);
   at::Tensor data_;
   // 64-byte aligned (a c10 allocation), so the 16-entry blocks the backward partitions by
   // are whole cache lines (malloc aligns to 16 bytes only, so a block could straddle the

@@ -25,6 +25,15 @@ void FusedForward(const float* data, int row_width, int dim, const std::vector<L
   });
 }
 
+void FusedForwardFp16(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
+                      int64_t bags, float* out) {
+  const CpuKernels& kernels = ActiveCpuKernels();
+  at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
+    kernels.pooled_forward_fp16(data, row_width, dim, lookups.data(), static_cast<int>(lookups.size()),
+                                begin, end, out);
+  });
+}
+
 void FusedForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
                       const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
   const CpuKernels& kernels = ActiveCpuKernels();
@@ -66,6 +75,7 @@ RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t ite
   p.max_gradient = spec.max_gradient;
   p.bias_correction1 = 1.0f - std::pow(spec.beta1, static_cast<float>(iteration));
   p.bias_correction2 = 1.0f - std::pow(spec.beta2, static_cast<float>(iteration));
+  p.rounding_seed = RoundingSeedOfStep(iteration);
   return p;
 }
 
@@ -91,9 +101,10 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   }
   const RowUpdateParams params = MakeRowUpdateParams(storage->optimizer().spec(), iteration);
   const CpuKernels& kernels = ActiveCpuKernels();
+  const auto update = storage->fp16_rows() ? kernels.backward_update_partition_fp16 : kernels.backward_update_partition;
   at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
-      kernels.backward_update_partition(
+      update(
           storage->data(), storage->row_width(), storage->dim(), slots, lookups.data(),
           static_cast<int>(lookups.size()), bags, grad, params, part, parts,
           scratch[part].unique_rows.data(), scratch[part].grad_sums.data(), scratch[part].entries.data());
@@ -239,14 +250,8 @@ torch::autograd::variable_list RunForward(EmbeddingStorage* storage, const std::
   const auto options = at::TensorOptions().dtype(at::kFloat);
   torch::autograd::variable_list outputs;
   at::Tensor pooled_out = at::empty({bags, static_cast<int64_t>(pooled.size()) * storage->dim()}, options);
-  const PooledLookupKernels& kernels = SelectedKernels();
   auto forward = [&](const std::vector<LookupArgs>& lookups, int64_t count, float* out) {
-    if (storage->int8_rows()) {
-      kernels.forward_int8(storage->int8_data(), storage->row_bytes(), storage->dim(), lookups,
-                           count, out);
-    } else {
-      kernels.forward(storage->data(), storage->row_width(), storage->dim(), lookups, count, out);
-    }
+    StorageForward(storage, lookups, count, out);
   };
   if (!pooled.empty()) forward(pooled, bags, pooled_out.data_ptr<float>());
   outputs.push_back(pooled_out);
@@ -328,6 +333,17 @@ at::Tensor Anchor() {
 
 }  // namespace
 
+void StorageForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+  const PooledLookupKernels& kernels = SelectedKernels();
+  if (storage->int8_rows()) {
+    kernels.forward_int8(storage->int8_data(), storage->row_bytes(), storage->dim(), lookups, bags, out);
+  } else if (storage->fp16_rows()) {
+    kernels.forward_fp16(storage->data(), storage->row_width(), storage->dim(), lookups, bags, out);
+  } else {
+    kernels.forward(storage->data(), storage->row_width(), storage->dim(), lookups, bags, out);
+  }
+}
+
 void UpdateRows(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups, int64_t bags,
                 const float* grad) {
   if (storage->optimizer().defers_updates()) {
@@ -355,7 +371,7 @@ void ApplyDeferredRowGradients(EmbeddingStorage* storage, float factor) {
 }
 
 const PooledLookupKernels& FusedKernels() {
-  static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate, FusedForwardInt8};
+  static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate, FusedForwardInt8, FusedForwardFp16};
   return kernels;
 }
 

@@ -31,12 +31,19 @@ struct PooledLookupKernels {
   // forward over INT8 row-wise rows (inference storages; CpuKernels::pooled_forward_int8).
   void (*forward_int8)(const uint8_t* data, int64_t row_bytes, int dim,
                        const std::vector<LookupArgs>& lookups, int64_t bags, float* out);
+  // forward over FP16 rows (CpuKernels::pooled_forward_fp16); backward_update handles them.
+  void (*forward_fp16)(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
+                       int64_t bags, float* out);
 };
 
 const PooledLookupKernels& FusedKernels();
 const PooledLookupKernels& ReferenceKernels();
 // Reference when TZREC_EMBEDDING_REFERENCE=1, else fused.
 const PooledLookupKernels& SelectedKernels();
+
+// Forward of `lookups` over `storage` in its row format (fp32, FP16 or INT8) with the selected
+// kernels: out [bags, L*dim].
+void StorageForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups, int64_t bags, float* out);
 
 // The backward's update of `lookups` (grad: [bags, L*dim] as backward_update) with the selected
 // kernels; while the storage's optimizer defers updates (gradient accumulation), each touched

@@ -53,6 +53,39 @@ void ReferenceForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
   });
 }
 
+// FP16 rows: the halves at the start of each row (row_width floats apart).
+void ReferenceForwardFp16(const float* data, int row_width, int dim,
+                          const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+  ReferencePool(dim, lookups, bags, out, [&](int64_t row, int d) {
+    c10::Half half;
+    std::memcpy(&half.x, reinterpret_cast<const uint16_t*>(data + row * row_width) + d, 2);
+    return static_cast<float>(half);
+  });
+}
+
+// Stochastic rounding to a half from its definition: find the halves around |x| through
+// c10::Half, and round away from zero with the probability of |x|'s position between them
+// (in 1/8192ths, compared in double where it is exact), the random bits as the fused kernels
+// draw them.
+uint16_t ReferenceStochasticHalf(float x, uint32_t seed, int d) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (std::isnan(x)) return sign | 0x7e00;
+  const float magnitude = std::fabs(x);
+  if (magnitude >= 65536.0f) return sign | 0x7c00;
+  const c10::Half nearest(magnitude);  // round to nearest even
+  uint16_t below = nearest.x;
+  if (static_cast<float>(nearest) > magnitude) --below;
+  c10::Half low, high;
+  low.x = below;
+  high.x = static_cast<uint16_t>(below + 1);
+  const double low_value = static_cast<float>(low);
+  const double high_value = below + 1 == 0x7c00 ? 65536.0 : static_cast<double>(static_cast<float>(high));
+  const double position = (static_cast<double>(magnitude) - low_value) / (high_value - low_value);
+  const uint32_t random13 = StochasticRoundingRandom(below, seed, static_cast<uint32_t>(d)) >> 19;
+  const bool up = position * 8192.0 + random13 >= 8192.0;
+  return static_cast<uint16_t>(sign | (below + (up ? 1 : 0)));
+}
+
 float Norm(const float* x, int n) {
   float sum = 0.0f;
   for (int i = 0; i < n; ++i) sum += x[i] * x[i];
@@ -91,9 +124,19 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
   const SparseOptimizerSpec& spec = storage->optimizer().spec();
   using Kind = SparseOptimizerSpec::Kind;
   using Mode = SparseOptimizerSpec::WeightDecayMode;
+  const bool fp16 = storage->fp16_rows();
   for (auto& [row, g] : row_grads) {
-    float* w = storage->data() + row * storage->row_width();
-    float* state = w + dim;
+    float* stored_row = storage->data() + row * storage->row_width();
+    float* state = stored_row + storage->state_offset();
+    // FP16 rows: the optimizer runs on the widened weights, which are rounded back below.
+    std::vector<float> wide(fp16 ? dim : 0);
+    uint16_t* half = reinterpret_cast<uint16_t*>(stored_row);
+    for (int d = 0; d < static_cast<int>(wide.size()); ++d) {
+      c10::Half h;
+      h.x = half[d];
+      wide[d] = static_cast<float>(h);
+    }
+    float* w = fp16 ? wide.data() : stored_row;
     if (spec.gradient_clipping) {
       // Comparisons, not fmin/fmax: NaN stays NaN (as torch.clamp), never clipped into range.
       for (float& x : g) x = x > spec.max_gradient ? spec.max_gradient : (x < -spec.max_gradient ? -spec.max_gradient : x);
@@ -180,6 +223,9 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
         w[d] = w[d] - spec.lr * gd / (std::sqrt(state[d]) + spec.eps);
       }
     }
+    for (int d = 0; d < static_cast<int>(wide.size()); ++d) {
+      half[d] = ReferenceStochasticHalf(wide[d], RoundingSeedOfStep(iteration), d);
+    }
   }
 }
 
@@ -187,7 +233,7 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
 
 const PooledLookupKernels& ReferenceKernels() {
   static const PooledLookupKernels kernels{ReferenceForward, ReferenceBackwardUpdate,
-                                           ReferenceForwardInt8};
+                                           ReferenceForwardInt8, ReferenceForwardFp16};
   return kernels;
 }
 

@@ -335,8 +335,7 @@ std::vector<std::vector<at::Tensor>> Forward(ShardComm* comm, const std::vector<
     if (segments > 0 && local_dim > 0) {
       at::Tensor local = at::empty({segments, local_dim}, at::kFloat);
       LookupArgs args = LocalArgs(*tables[t].storage, ex, true);
-      SelectedKernels().forward(tables[t].storage->data(), tables[t].storage->row_width(),
-                                tables[t].storage->dim(), {args}, segments, local.data_ptr<float>());
+      StorageForward(tables[t].storage, {args}, segments, local.data_ptr<float>());
       partials[t].narrow(1, 0, local_dim).copy_(local);
     }
     partial_rows[t] = ex.recv_seg_counts;

@@ -30,6 +30,14 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
   weighted_ = info.weighted;
   const FieldDescriptor* trainable = FieldOf(msg, "trainable");
   trainable_ = !trainable || msg.GetReflection()->GetBool(msg, trainable);
+  // TorchEasyRec knows FP32 (its default) and FP16 tables; it has no effect without a table.
+  if (FieldOf(msg, "data_type")) {
+    const std::string data_type = StringField(msg, "data_type");
+    if (data_type != "FP32" && data_type != "FP16") {
+      Fail(config_path(), ".data_type: '", data_type, "' is not one of FP32, FP16");
+    }
+    fp16_table_ = data_type == "FP16";
+  }
   const std::string fg_encoded_default = StringField(msg, "fg_encoded_default_value");
   if (is_sparse_) {
     num_embeddings_ = info.num_embeddings;

@@ -77,6 +77,8 @@ class Feature {
   const std::string& pooling() const { return pooling_; }
   // false: the embedding table is frozen (config `trainable: false`).
   bool trainable() const { return trainable_; }
+  // Config `data_type: "FP16"`: the embedding table stores its weights in half precision.
+  bool fp16_table() const { return fp16_table_; }
   // Dense features: floats per row.
   int value_dim() const { return value_dim_; }
   // Dense features with an autodis / mlp embedding (embedding_dim wide in a group).
@@ -117,6 +119,7 @@ class Feature {
   std::string embedding_name_;
   std::string pooling_ = "sum";
   bool trainable_ = true;
+  bool fp16_table_ = false;
   int value_dim_ = 1;
   DenseEmbeddingSpec dense_embedding_;
   bool has_default_ = false;

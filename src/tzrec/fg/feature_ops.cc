@@ -630,8 +630,8 @@ namespace {
 
 // Fields feature generation and the embedding layer honour on every feature type (plain, as
 // sequence_<type>, and inside a grouped sequence_feature); fields a type does not have cannot be
-// set on it anyway. Unlisted ones (init_fn, data_type,
-// use_mask, fill_missing, ...) are rejected by the config check.
+// set on it anyway. Unlisted ones (init_fn, use_mask, fill_missing, ...) are rejected by the
+// config check.
 #define TZREC_FG_FEATURE_FIELDS                                                                  \
   "feature_name", "expression", "embedding_dim", "embedding_name", "pooling", "default_value",   \
       "separator", "fg_encoded_default_value", "fg_value_type", "trainable", "stub_type",        \
@@ -642,7 +642,7 @@ namespace {
       "show_skey", "variables", "query", "title", "method", "document", "kv_delimiter",          \
       "value_map", "tokenizer_type", "text_normalizer.*", "operator_name", "operator_lib_file",  \
       "operator_params.*", "is_op_thread_safe", "embedding_constraints.*", "autodis.*", "mlp",  \
-      "zch.*", "dynamicemb.*"
+      "zch.*", "dynamicemb.*", "data_type"
 
 #define TZREC_REGISTER_FEATURE_TYPE(NAME, FACTORY)                                           \
   TZREC_REGISTER(FeatureTypeRegistry(), NAME, FACTORY, TZREC_FG_FEATURE_FIELDS);             \

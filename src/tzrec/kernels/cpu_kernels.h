@@ -55,6 +55,8 @@ struct RowUpdateParams {
   bool gradient_clipping = false;
   float max_gradient = 0;
   float bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
+  // FP16 rows: the step's seed of the stochastic rounding (StochasticRoundingRandom).
+  uint32_t rounding_seed = 0;
 };
 
 // One id of a partition's share of a batch, compacted before it is accumulated
@@ -108,6 +110,21 @@ struct CpuKernels {
                               const LookupArgs* lookups, int num_lookups, int64_t begin,
                               int64_t end, float* out);
 
+  // pooled_forward and backward_update_partition over FP16 rows (tables with `data_type:
+  // FP16`): row r at data + r * row_width floats is HalfWeightFloats(dim) floats holding `dim`
+  // IEEE half weights, then the fp32 optimizer state. The backward widens a row to fp32, runs
+  // the same optimizer math and narrows the weights with stochastic rounding (FBGEMM's choice
+  // for half tables: small updates survive on average instead of rounding away); the random
+  // bits come from StochasticRoundingRandom, so results depend on neither threads nor ranks.
+  void (*pooled_forward_fp16)(const float* data, int row_width, int dim, const LookupArgs* lookups,
+                              int num_lookups, int64_t begin, int64_t end, float* out);
+  int64_t (*backward_update_partition_fp16)(float* data, int row_width, int dim, int32_t* slots,
+                                            const LookupArgs* lookups, int num_lookups,
+                                            int64_t bags, const float* grad,
+                                            const RowUpdateParams& params, int64_t part,
+                                            int64_t parts, int64_t* unique_rows,
+                                            float* grad_sums, PartitionEntry* entries);
+
   // out = bfloat16(in), rounded to nearest even (NaN stays NaN): BF16 GEMM inputs.
   void (*float_to_bf16)(const float* in, uint16_t* out, int64_t n);
   // A BF16 layer's backward in one pass over `rows` x `cols`: the ReLU-masked gradient (y
@@ -131,6 +148,30 @@ inline float HalfBitsToFloat(uint16_t h) {
                                        : (sign | ((exponent + 112) << 23) | (mantissa << 13));
   __builtin_memcpy(&value, &bits, sizeof(value));
   return value;
+}
+
+// Floats at the start of an FP16 row that hold its `dim` half weights (the optimizer state
+// follows them, 4-byte aligned).
+inline int HalfWeightFloats(int dim) { return (dim + 1) / 2; }
+
+// 32 random bits for stochastically rounding element `d` of a row to half precision, from the
+// value rounded towards zero (its half bits), the step's seed and d: a pure function of what
+// every replica of a row holds, so data-parallel replicas (whose storage rows may differ) and
+// any thread count round identically. An integer hash (splitmix-style finaliser).
+__attribute__((always_inline)) inline uint32_t StochasticRoundingRandom(uint32_t truncated_half,
+                                                                        uint32_t seed, uint32_t d) {
+  uint32_t h = truncated_half * 0x9E3779B1u ^ seed ^ (d * 0x85EBCA77u + 0x165667B1u);
+  h ^= h >> 16;
+  h *= 0x7FEB352Du;
+  h ^= h >> 15;
+  h *= 0x846CA68Bu;
+  h ^= h >> 16;
+  return h;
+}
+
+// The stochastic-rounding seed of optimizer step `iteration` (RowUpdateParams::rounding_seed).
+inline uint32_t RoundingSeedOfStep(int64_t iteration) {
+  return StochasticRoundingRandom(static_cast<uint32_t>(iteration), static_cast<uint32_t>(iteration >> 32), 0x7fffffffu);
 }
 
 // Index of the first NaN or +-inf among `n` floats, or -1 when all are finite. A bit test, so
