@@ -32,13 +32,13 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-void EmbeddingBench(int64_t rows, int threads) {
+void EmbeddingBench(int64_t rows, int threads, tzrec::RowFormat format = tzrec::RowFormat::kFloat32) {
   at::set_num_threads(threads);
   tzrec::SparseOptimizerSpec spec;
   spec.kind = tzrec::SparseOptimizerSpec::Kind::kAdagrad;
   spec.lr = 0.01f;
   tzrec::SparseOptimizer optimizer(spec);
-  tzrec::EmbeddingStorage storage(16, &optimizer);
+  tzrec::EmbeddingStorage storage(16, &optimizer, format);
   tzrec::EmbeddingTable* table = storage.AddTable("t", rows, true);
   storage.Allocate();
   const int64_t bags = 4096, lookups = 26;
@@ -70,7 +70,7 @@ void EmbeddingBench(int64_t rows, int threads) {
   at::Tensor out = torch::empty({bags, lookups * 16});
   start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) {
-    tzrec::FusedKernels().forward(storage.data(), storage.row_width(), 16, args, bags, out.data_ptr<float>());
+    tzrec::StorageForward(&storage, args, bags, out.data_ptr<float>());
   }
   double forward_ms = Seconds(start) / steps * 1e3;
   start = std::chrono::steady_clock::now();
@@ -79,9 +79,9 @@ void EmbeddingBench(int64_t rows, int threads) {
   }
   double backward_ms = Seconds(start) / steps * 1e3;
   std::printf("  kernels alone: forward %.2f ms, backward+adagrad %.2f ms\n", forward_ms, backward_ms);
-  std::printf("embedding rows=%lld threads=%d: %.2f M lookups/s (fwd+bwd+adagrad), %.2f M/s per thread, %.2f ms/step\n",
-              static_cast<long long>(rows), threads, per_second / 1e6, per_second / 1e6 / threads,
-              seconds / steps * 1e3);
+  std::printf("embedding %s rows=%lld threads=%d: %.2f M lookups/s (fwd+bwd+adagrad), %.2f M/s per thread, %.2f ms/step\n",
+              format == tzrec::RowFormat::kFloat16 ? "fp16" : "fp32", static_cast<long long>(rows), threads,
+              per_second / 1e6, per_second / 1e6 / threads, seconds / steps * 1e3);
 }
 
 void MlpBench(bool fast, int threads, bool bf16 = false) {
@@ -224,8 +224,9 @@ int main(int argc, char** argv) {
     AtenGemmBench();
     return 0;
   }
-  if (only == "emb") {  // emb [threads] [rows]
-    EmbeddingBench(argc > 3 ? std::atoll(argv[3]) : 1000000, argc > 2 ? std::atoi(argv[2]) : 1);
+  if (only == "emb" || only == "emb_fp16") {  // emb[_fp16] [threads] [rows]: fp32 or FP16 rows
+    EmbeddingBench(argc > 3 ? std::atoll(argv[3]) : 1000000, argc > 2 ? std::atoi(argv[2]) : 1,
+                   only == "emb" ? tzrec::RowFormat::kFloat32 : tzrec::RowFormat::kFloat16);
     return 0;
   }
   if (only == "mlp") {
@@ -237,8 +238,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (int64_t rows : {1000000LL, 10000000LL}) {
-    EmbeddingBench(rows, 1);
-    if (threads > 1) EmbeddingBench(rows, threads);
+    for (auto format : {tzrec::RowFormat::kFloat32, tzrec::RowFormat::kFloat16}) {
+      EmbeddingBench(rows, 1, format);
+      if (threads > 1) EmbeddingBench(rows, threads, format);
+    }
   }
   AtenGemmBench();
   RawGemmBench();

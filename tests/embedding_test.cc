@@ -83,6 +83,17 @@ std::vector<SparseOptimizerSpec> AllSpecs() {
   return specs;
 }
 
+// The twin tests' tables, the same in both storages (allocated): 30 and 7 trainable rows, 9 frozen.
+void AddTwinTables(EmbeddingStorage* fused, EmbeddingStorage* reference, std::vector<EmbeddingTable*>* fused_tables,
+                   std::vector<EmbeddingTable*>* reference_tables) {
+  for (auto [rows, trainable] : {std::pair<int64_t, bool>{30, true}, {7, true}, {9, false}}) {
+    fused_tables->push_back(fused->AddTable("t", rows, trainable));
+    reference_tables->push_back(reference->AddTable("t", rows, trainable));
+  }
+  fused->Allocate();
+  reference->Allocate();
+}
+
 // Every fused kernel equals the reference twin, step after step, for every optimizer.
 TEST(FusedEmbedding, MatchesReferenceTwinForEveryOptimizer) {
   const int threads = at::get_num_threads();
@@ -98,12 +109,7 @@ TEST(FusedEmbedding, MatchesReferenceTwinForEveryOptimizer) {
       SparseOptimizer optimizer(spec);
       EmbeddingStorage fused(dim, &optimizer), reference(dim, &optimizer);
       std::vector<EmbeddingTable*> fused_tables, reference_tables;
-      for (auto [rows, trainable] : {std::pair<int64_t, bool>{30, true}, {7, true}, {9, false}}) {
-        fused_tables.push_back(fused.AddTable("t", rows, trainable));
-        reference_tables.push_back(reference.AddTable("t", rows, trainable));
-      }
-      fused.Allocate();
-      reference.Allocate();
+      AddTwinTables(&fused, &reference, &fused_tables, &reference_tables);
       reference.tensor().copy_(fused.tensor());
       // 2500 bags: enough ids that the backward splits rows into partitions (one per thread).
       for (int64_t iteration = 1; iteration <= 4; ++iteration) {
@@ -160,12 +166,7 @@ TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
         EmbeddingStorage fused(dim, &optimizer, RowFormat::kFloat16), reference(dim, &optimizer, RowFormat::kFloat16);
         ASSERT_EQ(fused.row_width(), (dim + 1) / 2 + spec.StateWidth(dim));
         std::vector<EmbeddingTable*> fused_tables, reference_tables;
-        for (auto [rows, trainable] : {std::pair<int64_t, bool>{30, true}, {7, true}, {9, false}}) {
-          fused_tables.push_back(fused.AddTable("t", rows, trainable));
-          reference_tables.push_back(reference.AddTable("t", rows, trainable));
-        }
-        fused.Allocate();
-        reference.Allocate();
+        AddTwinTables(&fused, &reference, &fused_tables, &reference_tables);
         // Rows 0-3 of table 0 in half's subnormal range (below 2^-14).
         fused_tables[0]->stored().narrow(0, 0, 4).copy_(fused_tables[0]->weight().narrow(0, 0, 4) * 1e-4f);
         reference.tensor().copy_(fused.tensor());

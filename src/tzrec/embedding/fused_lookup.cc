@@ -16,31 +16,29 @@
 namespace tzrec {
 namespace {
 
+// Bags split over the intra-op threads, each range pooled by `kernel` (a CpuKernels member).
+template <typename Data, typename Stride>
+void ParallelPooledForward(void (*kernel)(const Data*, Stride, int, const LookupArgs*, int, int64_t, int64_t, float*),
+                           const Data* data, Stride stride, int dim, const std::vector<LookupArgs>& lookups,
+                           int64_t bags, float* out) {
+  at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
+    kernel(data, stride, dim, lookups.data(), static_cast<int>(lookups.size()), begin, end, out);
+  });
+}
+
 void FusedForward(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
                   int64_t bags, float* out) {
-  const CpuKernels& kernels = ActiveCpuKernels();
-  at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
-    kernels.pooled_forward(data, row_width, dim, lookups.data(), static_cast<int>(lookups.size()),
-                           begin, end, out);
-  });
+  ParallelPooledForward(ActiveCpuKernels().pooled_forward, data, row_width, dim, lookups, bags, out);
 }
 
 void FusedForwardFp16(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
                       int64_t bags, float* out) {
-  const CpuKernels& kernels = ActiveCpuKernels();
-  at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
-    kernels.pooled_forward_fp16(data, row_width, dim, lookups.data(), static_cast<int>(lookups.size()),
-                                begin, end, out);
-  });
+  ParallelPooledForward(ActiveCpuKernels().pooled_forward_fp16, data, row_width, dim, lookups, bags, out);
 }
 
 void FusedForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
                       const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
-  const CpuKernels& kernels = ActiveCpuKernels();
-  at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
-    kernels.pooled_forward_int8(data, row_bytes, dim, lookups.data(),
-                                static_cast<int>(lookups.size()), begin, end, out);
-  });
+  ParallelPooledForward(ActiveCpuKernels().pooled_forward_int8, data, row_bytes, dim, lookups, bags, out);
 }
 
 RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t iteration) {
