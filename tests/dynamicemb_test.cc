@@ -451,6 +451,17 @@ TEST_F(DynamicEmbTraining, TrainsResumesBitForBitAndServesThroughItsIndexes) {
   int with_index = 0;
   for (const auto& table : manifest["tables"]) with_index += table.contains("dynamicemb");
   EXPECT_EQ(with_index, 3);  // user_id pooled and in the sequence group, id_8
+  // With the default INT8 tables the held rows are quantised (the index as before): predict
+  // moves by the quantisation error only.
+  const auto int8 = testing::ExpectExportPredictsLikeCheckpoint(dir_, dir_.File("straight"), base_.eval_input_path,
+                                                                "INT8", 2e-2);
+  int int8_with_index = 0, int8_stored = 0;
+  for (const auto& table : int8["tables"]) {
+    int8_with_index += table.contains("dynamicemb");
+    int8_stored += table.contains("dynamicemb") && table["dtype"] == "INT8";
+  }
+  EXPECT_EQ(int8_with_index, 3);
+  EXPECT_GE(int8_stored, 1);  // the pooled ones (sequence tables follow QUANT_EC_EMB, off by default)
 }
 
 // The config as written (1M and 100k rows of capacity, admission after 5 steps) trains, its

@@ -41,21 +41,22 @@ StraightCheckpoints ExpectResumeIsBitForBit(const LegOptions& options, const Tem
 }
 
 nlohmann::json ExpectExportPredictsLikeCheckpoint(const TempDir& dir, const std::string& model_dir,
-                                                  const std::string& input) {
+                                                  const std::string& input, const std::string& quant_emb,
+                                                  double tolerance) {
   ExportOptions exporting;
   exporting.pipeline_config_path = model_dir + "/pipeline.config";
   exporting.quant_from_environment = false;
-  exporting.quant_emb = "0";
-  exporting.export_dir = dir.File("export");
+  exporting.quant_emb = quant_emb;
+  exporting.export_dir = dir.File("export_" + quant_emb);
   ExportModel(exporting);
   PredictOptions from_export, from_checkpoint;
   from_export.scripted_model_path = exporting.export_dir;
   from_checkpoint.pipeline_config_path = exporting.pipeline_config_path;
   for (PredictOptions* p : {&from_export, &from_checkpoint}) p->predict_input_path = input;
-  auto a = RunPredict(from_export, dir.File("pred_export"));
-  auto b = RunPredict(from_checkpoint, dir.File("pred_checkpoint"));
+  auto a = RunPredict(from_export, dir.File("pred_export_" + quant_emb));
+  auto b = RunPredict(from_checkpoint, dir.File("pred_checkpoint_" + quant_emb));
   EXPECT_FALSE(a.empty());
-  for (const auto& [name, values] : a) EXPECT_LE(MaxAbsDiff(values, b[name]), 1e-6) << name;
+  for (const auto& [name, values] : a) EXPECT_LE(MaxAbsDiff(values, b[name]), tolerance) << name;
   return ReadExportManifest(exporting.export_dir);
 }
 

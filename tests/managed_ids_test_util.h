@@ -31,9 +31,11 @@ struct StraightCheckpoints {
 StraightCheckpoints ExpectResumeIsBitForBit(const LegOptions& options, const TempDir& dir, int64_t first_leg,
                                             int64_t steps, const std::string& marker, int min_marked);
 
-// Exports the latest checkpoint of `model_dir` with fp32 tables (into dir/export) and expects
-// predict from the export to equal predict from the checkpoint on `input`. Returns the manifest.
+// Exports the latest checkpoint of `model_dir` with tables quantised as QUANT_EMB `quant_emb`
+// ("0": fp32; into dir/export_<quant_emb>) and expects predict from the export within
+// `tolerance` of predict from the checkpoint on `input`. Returns the manifest.
 nlohmann::json ExpectExportPredictsLikeCheckpoint(const TempDir& dir, const std::string& model_dir,
-                                                  const std::string& input);
+                                                  const std::string& input, const std::string& quant_emb = "0",
+                                                  double tolerance = 1e-6);
 
 }  // namespace tzrec::testing

@@ -19,6 +19,34 @@
 #include "tzrec/embedding/table_quantization.h"
 
 namespace tzrec {
+namespace {
+
+// Every rank's rows of int64 `columns` (equal lengths; this rank's rows), as columns per rank:
+// out[r][c] is rank r's column c. Two all-gathers (the row counts, then the rows padded to the
+// longest rank's), in the same order on every rank.
+std::vector<std::vector<std::vector<int64_t>>> GatherInt64Rows(ShardComm* comm,
+                                                               const std::vector<const std::vector<int64_t>*>& columns) {
+  const int64_t width = static_cast<int64_t>(columns.size());
+  const int64_t n = static_cast<int64_t>(columns.front()->size());
+  const at::Tensor sizes = comm->AllGather(at::full({1}, n, at::kLong));
+  const int64_t most = std::max<int64_t>(sizes.max().item<int64_t>(), 1);
+  at::Tensor mine = at::zeros({most, width}, at::kLong);
+  int64_t* m = mine.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < width; ++c) m[i * width + c] = (*columns[c])[i];
+  }
+  const at::Tensor all = comm->AllGather(mine);
+  std::vector<std::vector<std::vector<int64_t>>> out(comm->world_size(), std::vector<std::vector<int64_t>>(width));
+  for (int r = 0; r < comm->world_size(); ++r) {
+    const int64_t* a = all.data_ptr<int64_t>() + r * most * width;
+    for (int64_t i = 0; i < sizes[r].item<int64_t>(); ++i) {
+      for (int64_t c = 0; c < width; ++c) out[r][c].push_back(a[i * width + c]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 const ZchRowIndex* EmbeddingCollection::zch_index(const std::string& table) const {
   for (size_t t = 0; t < specs_.size() && t < zch_.size(); ++t) {
@@ -54,25 +82,12 @@ void EmbeddingCollection::ProfileZchTables(const Batch& batch) {
     ZchRowIndex::History history = index->TakeHistory();
     if (comm_ && comm_->world_size() > 1) {
       // Every rank admits from the union of the ranks' rounds, so the indexes stay identical.
-      const int64_t n = static_cast<int64_t>(history.ids.size());
-      const at::Tensor sizes = comm_->AllGather(at::full({1}, n, at::kLong));
-      const int64_t most = std::max<int64_t>(sizes.max().item<int64_t>(), 1);
-      at::Tensor mine = at::zeros({most, 3}, at::kLong);
-      int64_t* m = mine.data_ptr<int64_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        m[i * 3] = history.ids[i];
-        m[i * 3 + 1] = history.counts[i];
-        m[i * 3 + 2] = history.last_access[i];
-      }
-      const at::Tensor all = comm_->AllGather(mine);
+      auto gathered = GatherInt64Rows(comm_, {&history.ids, &history.counts, &history.last_access});
       std::vector<ZchRowIndex::History> parts_of_ranks(comm_->world_size());
       for (int r = 0; r < comm_->world_size(); ++r) {
-        const int64_t* a = all.data_ptr<int64_t>() + r * most * 3;
-        for (int64_t i = 0; i < sizes[r].item<int64_t>(); ++i) {
-          parts_of_ranks[r].ids.push_back(a[i * 3]);
-          parts_of_ranks[r].counts.push_back(a[i * 3 + 1]);
-          parts_of_ranks[r].last_access.push_back(a[i * 3 + 2]);
-        }
+        parts_of_ranks[r].ids = std::move(gathered[r][0]);
+        parts_of_ranks[r].counts = std::move(gathered[r][1]);
+        parts_of_ranks[r].last_access = std::move(gathered[r][2]);
       }
       history = ZchRowIndex::History::Merge(parts_of_ranks);
     }
@@ -244,20 +259,10 @@ void EmbeddingCollection::TrainDynamicTables(const Batch& batch) {
       i = j;
     }
     if (comm_ && comm_->world_size() > 1) {
-      const int64_t n = static_cast<int64_t>(unique.size());
-      const at::Tensor sizes = comm_->AllGather(at::full({1}, n, at::kLong));
-      const int64_t most = std::max<int64_t>(sizes.max().item<int64_t>(), 1);
-      at::Tensor mine = at::zeros({most, 2}, at::kLong);
-      int64_t* m = mine.data_ptr<int64_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        m[i * 2] = unique[i];
-        m[i * 2 + 1] = counts[i];
-      }
-      const at::Tensor gathered = comm_->AllGather(mine);
+      const auto gathered = GatherInt64Rows(comm_, {&unique, &counts});
       std::vector<std::pair<int64_t, int64_t>> pairs;
-      for (int r = 0; r < comm_->world_size(); ++r) {
-        const int64_t* a = gathered.data_ptr<int64_t>() + r * most * 2;
-        for (int64_t i = 0; i < sizes[r].item<int64_t>(); ++i) pairs.emplace_back(a[i * 2], a[i * 2 + 1]);
+      for (const auto& rank : gathered) {
+        for (size_t i = 0; i < rank[0].size(); ++i) pairs.emplace_back(rank[0][i], rank[1][i]);
       }
       std::sort(pairs.begin(), pairs.end());
       unique.clear();
