@@ -134,26 +134,25 @@ void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_ro
     table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
     return;
   }
-  if (fp16_rows_) {
-    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
-    InitializeRowRange(table->row_init_, row_begin, table->rows(), column_begin, dim_, drawn.data_ptr<float>(), dim_);
-    WriteWeightRange(table->first_row(), table->rows(), drawn.data_ptr<float>());
-    return;
-  }
-  InitializeRowRange(table->row_init_, row_begin, table->rows(), column_begin, dim_,
-                     data() + table->first_row() * row_width_, row_width_);
+  InitializeWeights(*table, row_begin, column_begin);
 }
 
-void EmbeddingStorage::WriteWeightRange(int64_t first_row, int64_t n, const float* drawn) {
-  if (n == 0) return;
-  at::Tensor source = at::from_blob(const_cast<float*>(drawn), {n, dim_}, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor rows = data_.narrow(0, first_row, n);
-  if (fp16_rows_) {
-    at::Tensor halves = rows.narrow(1, 0, state_offset_).view(at::kHalf);
-    halves.narrow(1, 0, dim_).copy_(source);  // round to nearest even
+void EmbeddingStorage::InitializeWeights(const EmbeddingTable& table, int64_t row_begin, int column_begin) {
+  if (!fp16_rows_) {
+    InitializeRowRange(table.row_init_, row_begin, table.rows(), column_begin, dim_,
+                       data() + table.first_row() * row_width_, row_width_);
+    return;
+  }
+  // Drawn in fp32 a block at a time (a whole table's fp32 copy would double the memory that
+  // half rows save), then rounded to nearest even into the rows.
+  constexpr int64_t kBlock = 1 << 16;
+  at::Tensor drawn = at::empty({std::min(kBlock, table.rows()), dim_}, at::kFloat);
+  for (int64_t begin = 0; begin < table.rows(); begin += kBlock) {
+    const int64_t n = std::min(kBlock, table.rows() - begin);
+    InitializeRowRange(table.row_init_, row_begin + begin, n, column_begin, dim_, drawn.data_ptr<float>(), dim_);
+    at::Tensor halves = data_.narrow(0, table.first_row() + begin, n).narrow(1, 0, state_offset_).view(at::kHalf);
+    halves.narrow(1, 0, dim_).copy_(drawn.narrow(0, 0, n));
     if (dim_ % 2 == 1) halves.narrow(1, dim_, 1).zero_();  // the padding half, so rows are fully defined
-  } else {
-    rows.narrow(1, 0, dim_).copy_(source);
   }
 }
 
@@ -321,15 +320,7 @@ void EmbeddingStorage::ReinitializeTable(EmbeddingTable* table) {
     table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
     return;
   }
-  if (fp16_rows_) {
-    at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
-    InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
-                       dim_, drawn.data_ptr<float>(), dim_);
-    WriteWeightRange(table->first_row(), table->rows(), drawn.data_ptr<float>());
-  } else {
-    InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
-                       dim_, data() + table->first_row() * row_width_, row_width_);
-  }
+  InitializeWeights(*table, table->logical_row_begin_, table->logical_column_begin_);
   ResetStateRange(table->first_row(), table->rows());
 }
 

@@ -210,9 +210,9 @@ class EmbeddingStorage {
   // [first_row + slots[i]] for logical rows `logical[i]`.
   void InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
                         const std::vector<int64_t>& logical, const RowInit* init = nullptr);
-  // Writes fp32 weights `drawn` [n, dim] into rows first_row.. of an fp32 or FP16 storage
-  // (FP16: rounded to nearest even, as TorchRec's initial values are).
-  void WriteWeightRange(int64_t first_row, int64_t n, const float* drawn);
+  // Initial weights of dense `table` (fp32 or FP16 rows; FP16: rounded to nearest even, as
+  // TorchRec's initial values are), as logical rows row_begin.. and columns column_begin..
+  void InitializeWeights(const EmbeddingTable& table, int64_t row_begin, int column_begin);
   // Fresh optimizer state in `n` rows from first_row.
   void ResetStateRange(int64_t first_row, int64_t n);
   at::Tensor data_;
