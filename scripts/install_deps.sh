@@ -17,6 +17,7 @@ PACKAGES=(
   python3-torch  # tests: scripted_model.pt loads in Python torch; bench references
   libgtest-dev googletest
   libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev
+  librdkafka-dev libflatbuffers-dev  # KafkaDataset (librdkafka, its mock cluster in tests; Arrow IPC)
   libfarmhash-dev libmuparser-dev libsentencepiece-dev sentencepiece libopencc-dev libutf8proc-dev
   clang libclang-rt-14-dev  # tests/fuzz (libFuzzer, ASan, UBSan)
 )

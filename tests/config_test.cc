@@ -79,7 +79,7 @@ TEST(PipelineConfig, FgEncodedCompat) {
 
 TEST(SupportedFields, UnsupportedFieldsAreNamedWithTheirPath) {
   auto config = ParsePipelineConfigText(R"(
-    train_config { num_steps: 1 save_checkpoints_timestamp_interval: 60 }
+    train_config { num_steps: 1 cudnn_allow_tf32: false }
     feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 4 } }
     feature_configs { id_feature { feature_name: "b" num_buckets: 3 embedding_dim: 4
                                    init_fn: "nn.init.uniform_,b=0.01" } }
@@ -87,10 +87,10 @@ TEST(SupportedFields, UnsupportedFieldsAreNamedWithTheirPath) {
   )", "t");
   auto unsupported = FindUnsupportedFields(config);
   ASSERT_EQ(unsupported.size(), 3u);
-  EXPECT_EQ(unsupported[0].path, "train_config.save_checkpoints_timestamp_interval");
+  EXPECT_EQ(unsupported[0].path, "train_config.cudnn_allow_tf32");
   EXPECT_EQ(unsupported[1].path, "feature_configs[1].id_feature.init_fn");
   EXPECT_EQ(unsupported[2].path, "model_config.kernel");
-  EXPECT_TZREC_ERROR(CheckConfigSupported(config), "train_config.save_checkpoints_timestamp_interval: not supported yet");
+  EXPECT_TZREC_ERROR(CheckConfigSupported(config), "train_config.cudnn_allow_tf32: not supported yet");
 }
 
 // Fields behind a registry are checked against what the registered component declares,

@@ -11,6 +11,7 @@ import * as arrow from 'apache-arrow';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import * as pw from 'parquet-wasm/node';
 
+import { arrowTable } from './arrow_table.mjs';
 import { KINDS, canonicalColumns, makeColumns, toJson } from './canonical.mjs';
 
 const outDir = process.argv[2];
@@ -21,39 +22,9 @@ const files = [];
 
 // ------------------------------------------------------------------------- parquet-wasm
 
-function arrowField(name, kind, nullable = true) {
-  const item = k => {
-    if (k === 'int') return new arrow.Int64();
-    if (k === 'float') return new arrow.Float64();
-    if (k === 'string') return new arrow.Utf8();
-    if (k.startsWith('list<')) return new arrow.List(new arrow.Field('item', item(k.slice(5, -1)), true));
-    throw new Error(k);
-  };
-  let type;
-  if (name === 'i32') type = new arrow.Int32();
-  else if (name === 'f32') type = new arrow.Float32();
-  else if (kind === 'bool') type = new arrow.Bool();
-  else if (kind.startsWith('map<')) {
-    const [k, v] = kind.slice(4, -1).split(',');
-    type = new arrow.Map_(new arrow.Field('entries', new arrow.Struct([
-      new arrow.Field('key', item(k), false), new arrow.Field('value', item(v), true)]), false));
-  } else type = item(kind);
-  return new arrow.Field(name, type, nullable);
-}
-
-function arrowTable() {
-  const fields = Object.keys(KINDS).map(name => arrowField(name, KINDS[name], name !== 'i64req'));
-  const vectors = fields.map(f => arrow.vectorFromArray(columns[f.name], f.type));
-  const schema = new arrow.Schema(fields);
-  const data = arrow.makeData({
-    type: new arrow.Struct(fields), length: ROWS, nullCount: 0, children: vectors.map(v => v.data[0]),
-  });
-  return new arrow.Table([new arrow.RecordBatch(schema, data)]);
-}
-
 const wasmCodecs = { UNCOMPRESSED: pw.Compression.UNCOMPRESSED, SNAPPY: pw.Compression.SNAPPY,
   GZIP: pw.Compression.GZIP, ZSTD: pw.Compression.ZSTD, LZ4_RAW: pw.Compression.LZ4_RAW };
-const ipc = arrow.tableToIPC(arrowTable(), 'stream');
+const ipc = arrow.tableToIPC(arrowTable(columns, ROWS), 'stream');
 
 function writeWasm(file, codec, configure) {
   const table = pw.Table.fromIPCStream(ipc);

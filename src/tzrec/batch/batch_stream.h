@@ -20,6 +20,8 @@ class BatchStream {
     *out = ToBatch(std::move(parsed));
     return true;
   }
+  // See ParsedBatchStream::set_interrupt.
+  void set_interrupt(const std::atomic<bool>* flag) { stream_->set_interrupt(flag); }
 
  private:
   std::unique_ptr<ParsedBatchStream> stream_;

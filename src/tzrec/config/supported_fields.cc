@@ -31,6 +31,9 @@ const std::vector<std::string>& PipelineFields() {
       "train_config.num_epochs",
       "train_config.save_checkpoints_steps",
       "train_config.save_checkpoints_epochs",
+      "train_config.save_checkpoints_timestamp_interval",  // event time (train/event_time_saves.h)
+      "train_config.save_checkpoints_timestamps",
+      "train_config.save_checkpoints_timestamp_quorum",
       "train_config.fine_tune_checkpoint",
       "train_config.fine_tune_ckpt_param_map",
       "train_config.gradient_accumulation_steps",

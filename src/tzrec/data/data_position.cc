@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
@@ -34,8 +35,22 @@ void RowPositions::Append(const RowPositions& other) {
       remap[i] = static_cast<int32_t>(it - sources.begin());
     }
   }
+  if (!event_time.empty() || !other.event_time.empty()) {
+    event_time.resize(row.size(), -1.0);
+    if (other.event_time.empty()) {
+      event_time.insert(event_time.end(), other.row.size(), -1.0);
+    } else {
+      event_time.insert(event_time.end(), other.event_time.begin(), other.event_time.end());
+    }
+  }
   for (int32_t s : other.source) source.push_back(remap[s]);
   row.insert(row.end(), other.row.begin(), other.row.end());
+}
+
+double RowPositions::MaxEventTime() const {
+  double latest = -1.0;
+  for (double t : event_time) latest = std::max(latest, t);
+  return latest;
 }
 
 RowPositions RowPositions::Slice(int64_t begin, int64_t end) const {
@@ -43,6 +58,7 @@ RowPositions RowPositions::Slice(int64_t begin, int64_t end) const {
   out.sources = sources;
   out.source.assign(source.begin() + begin, source.begin() + end);
   out.row.assign(row.begin() + begin, row.begin() + end);
+  if (!event_time.empty()) out.event_time.assign(event_time.begin() + begin, event_time.begin() + end);
   return out;
 }
 
@@ -64,6 +80,7 @@ void DataloaderState::Consume(const RowPositions& positions) {
 }
 
 void DataloaderState::Merge(const DataloaderState& other) {
+  data_ts_watermark_ = std::max(data_ts_watermark_, other.data_ts_watermark_);
   for (const auto& kv : other.consumed_) {
     auto [it, inserted] = consumed_.emplace(kv.first, kv.second);
     if (!inserted) it->second = std::max(it->second, kv.second);
@@ -86,6 +103,7 @@ std::string DataloaderState::ToJson() const {
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
   for (const auto& [source, row] : consumed_) json[source] = row;
   json["__epochs_completed__"] = epochs_completed_;
+  if (data_ts_watermark_ >= 0) json["__data_ts_watermark__"] = data_ts_watermark_;
   if (readers_ > 0) {
     json["__tzrec_next_reader__"] = next_reader_;
     json["__tzrec_readers__"] = readers_;
@@ -103,9 +121,15 @@ DataloaderState DataloaderState::FromJson(const std::string& text, const std::st
   if (!json.is_object()) Fail(where, ": expected a JSON object of source -> row");
   DataloaderState state;
   for (const auto& [key, value] : json.items()) {
+    if (key == "__data_ts_watermark__") {
+      if (!value.is_number() || !std::isfinite(value.get<double>())) {
+        Fail(where, ": '", key, "' must be a number of seconds, got ", value.dump());
+      }
+      state.data_ts_watermark_ = value.get<double>();
+      continue;
+    }
     if (!value.is_number_integer()) {
-      // TorchEasyRec also records e.g. __data_ts_watermark__ (streaming sources): not a row.
-      if (key.rfind("__", 0) == 0) continue;
+      if (key.rfind("__", 0) == 0) continue;  // other tools' bookkeeping, not a row
       Fail(where, ": '", key, "' must map to an integer row, got ", value.dump());
     }
     // Unsigned values beyond int64 would wrap; every value here is a count or a row index.

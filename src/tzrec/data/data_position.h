@@ -32,8 +32,13 @@ struct RowPositions {
   // uninterrupted run (without shuffle).
   int32_t next_reader = -1;
   int32_t readers = 0;
+  // Event time of each row in seconds since the Unix epoch (a stream message's timestamp, -1
+  // when unknown), or empty when no row has one (files).
+  std::vector<double> event_time;
 
   size_t size() const { return row.size(); }
+  // The latest event time of the rows, -1 when none has one.
+  double MaxEventTime() const;
   // All rows [first, first + count) of one source.
   void AddRange(const std::string& source_id, int64_t first, int64_t count);
   void Append(const RowPositions& other);
@@ -52,6 +57,10 @@ class DataloaderState {
 
   const std::map<std::string, int64_t>& consumed() const { return consumed_; }
   int64_t epochs_completed() const { return epochs_completed_; }
+  // Event time (seconds) at the last checkpoint's save, TorchEasyRec's "__data_ts_watermark__":
+  // event-time checkpointing continues from it after a resume. Negative when unset.
+  double data_ts_watermark() const { return data_ts_watermark_; }
+  void set_data_ts_watermark(double seconds) { data_ts_watermark_ = seconds; }
   int32_t next_reader() const { return next_reader_; }
   int32_t readers() const { return readers_; }
   bool empty() const { return consumed_.empty(); }
@@ -66,6 +75,7 @@ class DataloaderState {
   int64_t epochs_completed_ = 0;
   int32_t next_reader_ = -1;
   int32_t readers_ = 0;
+  double data_ts_watermark_ = -1.0;
 };
 
 // TorchEasyRec's row split: rows [0, total) into `slices` contiguous ranges, the first

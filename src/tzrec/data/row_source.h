@@ -4,6 +4,7 @@
 // after the row a resumed DataloaderState says was consumed last. Parquet: intervals of the
 // rows of all files of the input path taken in order (TorchEasyRec's row-rebalanced split,
 // see data_position.h), read with projection and only the row groups the intervals touch.
+// Kafka: messages of some partitions of a topic (kafka_source.h), an unbounded stream.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,9 @@ class RowSource {
   // Reads up to `max_rows` next rows into `records` and their positions into `positions`
   // (both replaced). Returns false when the share is exhausted.
   virtual bool Next(size_t max_rows, RecordBatch* records, RowPositions* positions) = 0;
+  // Makes a Next that waits for data (a stream) return false soon, now or later; callable
+  // from any thread while Next runs. Sources of files finish on their own and ignore it.
+  virtual void Cancel() {}
 };
 
 // `files` in reading order; rows of a file up to state["<file>:0"] are skipped.

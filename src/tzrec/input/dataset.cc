@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <set>
@@ -104,7 +105,14 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
   options_.rank = rank;
   options_.world_size = world_size;
   options_.mode = mode;
-  const std::string type_name = protos::DatasetType_Name(data_config.dataset_type());
+  std::string type_name = protos::DatasetType_Name(data_config.dataset_type());
+  const bool stream = data_config.dataset_type() == protos::KafkaDataset && StartsWith(input_path, "kafka://");
+  if (data_config.dataset_type() == protos::KafkaDataset && !stream) {
+    // Online training evaluates on files: a file path under a KafkaDataset config is read by
+    // the file reader its names call for.
+    type_name = input_path.find(".csv") != std::string::npos ? "CsvDataset" : "ParquetDataset";
+    LOG_INFO << "input path '" << input_path << "' is not a kafka:// URI: read as " << type_name;
+  }
   if (!DatasetReaderRegistry().Has(type_name)) {
     Fail("data_config.dataset_type: ", type_name, " not supported yet (supported: ",
          DatasetReaderRegistry().JoinNames(), ")");
@@ -136,8 +144,9 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
               "a feature generator is needed exactly when fg_mode is not FG_NONE");
   options_.input_path = input_path;
   options_.list_separator = data_config.fg_encoded_multival_sep();
-  options_.files = ExpandInputPaths(input_path);
-  if (options_.files.empty()) {
+  // A stream (kafka://...) has no files.
+  if (!stream) options_.files = ExpandInputPaths(input_path);
+  if (options_.files.empty() && !stream) {
     Fail("input path '", input_path, "' has no data files (a directory is read for the regular ",
          "files in it; hidden files and _-prefixed markers such as _SUCCESS are skipped)");
   }
@@ -380,8 +389,9 @@ ParsedBatchStream::ParsedBatchStream(const Dataset* dataset,
   if (resume && resume->readers() == workers && resume->next_reader() >= 0) {
     next_worker_ = static_cast<size_t>(resume->next_reader()) % workers;
   }
+  sources_ = std::move(sources);
   for (int w = 0; w < workers; ++w) {
-    threads_.emplace_back(&ParsedBatchStream::RunWorker, this, w, std::move(sources[w]));
+    threads_.emplace_back(&ParsedBatchStream::RunWorker, this, w, sources_[w].get());
   }
 }
 
@@ -391,6 +401,7 @@ ParsedBatchStream::~ParsedBatchStream() {
     stop_ = true;
   }
   has_room_.notify_all();
+  for (auto& source : sources_) source->Cancel();
   for (auto& thread : threads_) thread.join();
 }
 
@@ -404,7 +415,7 @@ void ParsedBatchStream::Push(int worker, ParsedBatch batch) {
   ready_.notify_all();
 }
 
-void ParsedBatchStream::RunWorker(int worker, std::unique_ptr<RowSource> source) {
+void ParsedBatchStream::RunWorker(int worker, RowSource* source) {
   const DatasetOptions& options = dataset_->options();
   if (options.background_priority) {
     // Readers only use CPU the compute threads leave idle: preempting one of LibTorch's OpenMP
@@ -472,6 +483,7 @@ bool ParsedBatchStream::Next(ParsedBatch* out) {
   const bool in_order = dataset_->options().in_order;
   while (true) {
     if (error_) std::rethrow_exception(error_);
+    if (interrupt_ && interrupt_->load()) return false;
     bool all_done = true;
     for (const auto& queue : queues_) all_done = all_done && queue.done && queue.batches.empty();
     if (all_done) return false;
@@ -493,7 +505,11 @@ bool ParsedBatchStream::Next(ParsedBatch* out) {
       has_room_.notify_all();
       return true;
     }
-    ready_.wait(lock);
+    if (interrupt_) {
+      ready_.wait_for(lock, std::chrono::milliseconds(100));
+    } else {
+      ready_.wait(lock);
+    }
   }
 }
 

@@ -28,6 +28,7 @@
 // one consumer thread (its reader threads are internal).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -149,15 +150,18 @@ class ParsedBatchStream {
   ParsedBatchStream(const ParsedBatchStream&) = delete;
   ParsedBatchStream& operator=(const ParsedBatchStream&) = delete;
 
-  // Returns false when the pass is complete.
+  // Returns false when the pass is complete, or once `*interrupt` (set_interrupt) is true.
   bool Next(ParsedBatch* out);
+  // Makes Next return false within ~0.1 s of `*flag` becoming true (a stop request must end
+  // the wait on a stream that has no end); the flag must outlive the stream.
+  void set_interrupt(const std::atomic<bool>* flag) { interrupt_ = flag; }
 
  private:
   struct WorkerQueue {
     std::deque<ParsedBatch> batches;
     bool done = false;
   };
-  void RunWorker(int worker, std::unique_ptr<RowSource> source);
+  void RunWorker(int worker, RowSource* source);
   void Push(int worker, ParsedBatch batch);
 
   const Dataset* dataset_;
@@ -169,6 +173,8 @@ class ParsedBatchStream {
   bool stop_ = false;
   std::exception_ptr error_;
   size_t next_worker_ = 0;
+  const std::atomic<bool>* interrupt_ = nullptr;
+  std::vector<std::unique_ptr<RowSource>> sources_;  // outlive the workers (Cancel on stop)
   std::vector<std::thread> threads_;
 };
 

@@ -25,9 +25,11 @@
 #include "tzrec/dist/data_parallel.h"
 #include "tzrec/optim/dense_optimizer.h"
 #include "tzrec/train/checkpoint.h"
+#include "tzrec/train/event_time_saves.h"
 #include "tzrec/train/model_dir.h"
 #include "tzrec/train/non_finite.h"
 #include "tzrec/train/runtime.h"
+#include "tzrec/train/stop_signal.h"
 #include "tzrec/train/tensorboard.h"
 #include "tzrec/train/train_summaries.h"
 #include "tzrec/version.h"
@@ -182,6 +184,21 @@ int Trainer::RanksWithBatch(bool has_batch) const {
   std::vector<at::Tensor> count = {at::full({1}, has_batch ? 1.0f : 0.0f)};
   dist_->pg->AllReduceSum(count);
   return static_cast<int>(count[0].item<float>() + 0.5f);
+}
+
+Trainer::StepVote Trainer::Vote(bool has_batch, bool stop) const {
+  if (!dist_ || !dist_->distributed()) return {has_batch ? 1 : 0, stop ? 1 : 0};
+  std::vector<at::Tensor> votes = {at::tensor({has_batch ? 1.0f : 0.0f, stop ? 1.0f : 0.0f})};
+  dist_->pg->AllReduceSum(votes);
+  return {static_cast<int>(votes[0][0].item<float>() + 0.5f), static_cast<int>(votes[0][1].item<float>() + 0.5f)};
+}
+
+std::vector<double> Trainer::GatherFromRanks(double value) const {
+  if (!dist_ || !dist_->distributed()) return {value};
+  at::Tensor all = dist_->pg->AllGather(at::full({1}, value, at::kDouble));
+  std::vector<double> out(static_cast<size_t>(all.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = all[static_cast<int64_t>(i)].item<double>();
+  return out;
 }
 
 Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t epoch) {
@@ -572,7 +589,10 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                          skip_steps);
     }
   }
-  auto save_and_eval = [&](int64_t step, int64_t epoch) {
+  EventTimeSaves event_saves(train);
+  if (resume_data_position) event_saves.Restore(data_state.data_ts_watermark());
+  double step_event_time = -1.0;  // the last step's event time, reconciled over ranks
+  auto save_and_eval = [&](int64_t step, int64_t epoch, bool evaluate = true) {
     if (step < 0 || step == last_saved) return;
     trainer.ApplyAccumulatedGradients(step);
     TrainingState state = training_state();
@@ -583,6 +603,10 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       for (const std::string& json : dist->pg->AllGatherStrings(data_state.ToJson())) {
         merged.Merge(DataloaderState::FromJson(json, "a rank's data position"));
       }
+    }
+    if (event_saves.enabled() && step_event_time >= 0) {
+      merged.set_data_ts_watermark(step_event_time);
+      event_saves.Saved(step_event_time);
     }
     state.dataloader_state = &merged;
     state.sharding_plan_json = &pipeline->plan_json;
@@ -600,7 +624,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
                    keep_step);
     if (dist->distributed()) dist->pg->Barrier();  // the checkpoint is complete before any rank goes on
     last_saved = step;
-    if (eval_data) WriteMetricScalars(eval_events.get(), trainer.Evaluate(*eval_data, step, epoch, result_file), step);
+    if (eval_data && evaluate) WriteMetricScalars(eval_events.get(), trainer.Evaluate(*eval_data, step, epoch, result_file), step);
   };
 
   int64_t i_step = -1;  // index of the last trained step
@@ -615,17 +639,26 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
   // Where step time goes (ms since the last log line), reported at LOG_LEVEL=DEBUG.
   StepTimer timer;
   if (done || resume_data_position) i_step = skip_steps;
+  StopSignal stop_signal;
+  bool stopped = false;
   const int64_t first_epoch = resume_data_position ? data_state.epochs_completed() : 0;
   for (int64_t epoch = first_epoch; !done && (!use_epochs || epoch < train.num_epochs()); ++epoch) {
     const bool resumed_epoch = resume_data_position && epoch == first_epoch;
     BatchStream stream(*train_data, epoch, resumed_epoch ? &data_state : nullptr);
+    stream.set_interrupt(&StopSignal::flag());
     Batch batch;
     int64_t batches_this_epoch = 0;
     while (true) {
       timer.Start();
       bool has_batch = stream.Next(&batch);
-      // Ranks step together: when any rank's data ends, the epoch ends for all.
-      if (trainer.RanksWithBatch(has_batch) < dist->world_size()) has_batch = false;
+      // Ranks step together: when any rank's data ends, the epoch ends for all; when any
+      // rank is stopped, the run ends for all.
+      const Trainer::StepVote vote = trainer.Vote(has_batch, stop_signal.requested());
+      if (vote.stopping > 0) {
+        stopped = done = true;
+        break;
+      }
+      if (vote.with_batch < dist->world_size()) has_batch = false;
       if (!has_batch) break;
       timer.Lap("data");
       ++batches_this_epoch;
@@ -654,6 +687,11 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       }
       timer.Lap("step");
       data_state.Consume(batch.positions);
+      bool event_time_save = false;
+      if (event_saves.enabled()) {
+        step_event_time = event_saves.Reconcile(trainer.GatherFromRanks(batch.positions.MaxEventTime()));
+        event_time_save = event_saves.ShouldSave(step_event_time);
+      }
 
       if (i_step % log_every == 0) {
         auto now = std::chrono::steady_clock::now();
@@ -692,11 +730,18 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
         LOG_DEBUG << "step time breakdown (ms per step): " << timer.Report() << "; within the step: "
                   << trainer.TakePhaseReport();
       }
-      if (save_steps > 0 && i_step > 0 && i_step % save_steps == 0) save_and_eval(i_step, epoch);
+      if ((save_steps > 0 && i_step > 0 && i_step % save_steps == 0) || event_time_save) save_and_eval(i_step, epoch);
       if (!use_epochs && i_step >= num_steps - 1) {
         done = true;
         break;
       }
+    }
+    if (stopped) {
+      // The checkpoint first: a supervisor's SIGKILL may follow; its evaluation waits for the
+      // resumed run (which evaluates an unevaluated checkpoint first).
+      LOG_INFO << "SIGTERM: saving the last checkpoint (step " << i_step << ") and stopping";
+      save_and_eval(i_step, epoch, /*evaluate=*/false);
+      break;
     }
     if (batches_this_epoch == 0 && !resumed_epoch) {
       Fail("train input '", config.train_input_path(), "' yields no batch");

@@ -11,6 +11,10 @@
 // (RanksWithBatch, written once): a training epoch ends for all when one rank's data ends;
 // an evaluation with model-parallel tables runs until every rank's data has ended, ranks
 // without a batch joining the lookups' collectives empty-handed.
+//
+// Streams (KafkaDataset) never end: such a run trains to num_steps or until SIGTERM, which
+// saves a last checkpoint (no evaluation) and returns; with save_checkpoints_timestamp_*
+// checkpoints also follow the data's event time (train/event_time_saves.h).
 // Not thread-safe: one Trainer per process, used by its main thread.
 #pragma once
 
@@ -84,6 +88,15 @@ class Trainer {
 
   // How many ranks have a batch this step (a collective with more than one rank).
   int RanksWithBatch(bool has_batch) const;
+  // The same for a training step, in the same collective: how many ranks have a batch and
+  // how many were asked to stop (SIGTERM).
+  struct StepVote {
+    int with_batch;
+    int stopping;
+  };
+  StepVote Vote(bool has_batch, bool stop) const;
+  // Every rank's `value`, by rank (a collective with more than one rank).
+  std::vector<double> GatherFromRanks(double value) const;
 
   // L2 norms of the dense parameters' gradients of the last step, by parameter name (tables
   // have none: they update inside the backward), for tensorboard_summaries gradient_norm and

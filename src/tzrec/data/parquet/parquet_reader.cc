@@ -33,30 +33,6 @@ std::string DescribeType(const parquet::ParquetSchema& schema, const parquet::To
   return type;
 }
 
-// Rows [begin, end) of `column`.
-Column SliceColumn(const Column& column, size_t begin, size_t end) {
-  Column out;
-  out.name = column.name;
-  out.type = column.type;
-  out.valid.assign(column.valid.begin() + begin, column.valid.begin() + end);
-  switch (column.type) {
-    case ColumnType::kInt64:
-      out.ints.assign(column.ints.begin() + begin, column.ints.begin() + end);
-      break;
-    case ColumnType::kDouble:
-      out.doubles.assign(column.doubles.begin() + begin, column.doubles.begin() + end);
-      break;
-    case ColumnType::kString: {
-      uint32_t base = column.offsets[begin];
-      out.offsets.resize(end - begin + 1);
-      for (size_t i = begin; i <= end; ++i) out.offsets[i - begin] = column.offsets[i] - base;
-      out.chars.assign(column.chars, base, column.offsets[end] - base);
-      break;
-    }
-  }
-  return out;
-}
-
 void AppendColumn(const Column& from, Column* to) {
   to->valid.insert(to->valid.end(), from.valid.begin(), from.valid.end());
   to->ints.insert(to->ints.end(), from.ints.begin(), from.ints.end());
@@ -288,13 +264,8 @@ void ParquetFileReader::BuildBatch(const std::vector<ParquetColumn>& columns, in
   for (size_t c = 0; c < columns.size(); ++c) {
     const ParquetColumn& column = columns[c];
     const ParquetFieldInfo& info = fields_[selected_fields_[c]];
-    if (column.lists.empty()) {
-      out->columns.push_back(SliceColumn(column.values, begin, end));
-      out->columns.back().name = column.name;
-    } else {
-      out->columns.push_back(
-          ParquetColumnToText(column, begin, end, options_, info.float_items, info.float_keys));
-    }
+    out->columns.push_back(
+        ParquetColumnRows(column, begin, end, options_, info.float_items, info.float_keys));
   }
 }
 

@@ -143,5 +143,12 @@ class ParquetFileReader {
 Column ParquetColumnToText(const ParquetColumn& column, size_t begin, size_t end,
                            const ParquetReadOptions& options, bool float_items = false,
                            bool float_keys = false);
+// Rows [begin, end) of `column` as a RecordBatch column: plain columns keep their type, nested
+// ones become text (ParquetColumnToText).
+Column ParquetColumnRows(const ParquetColumn& column, size_t begin, size_t end,
+                         const ParquetReadOptions& options, bool float_items = false,
+                         bool float_keys = false);
+// Rows [begin, end) of a plain column.
+Column SliceColumn(const Column& column, size_t begin, size_t end);
 
 }  // namespace tzrec

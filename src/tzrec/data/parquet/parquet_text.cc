@@ -59,6 +59,31 @@ struct TextBuilder {
 
 }  // namespace
 
+Column SliceColumn(const Column& column, size_t begin, size_t end) {
+  Column out;
+  out.name = column.name;
+  out.type = column.type;
+  out.valid.assign(column.valid.begin() + begin, column.valid.begin() + end);
+  switch (column.type) {
+    case ColumnType::kInt64:
+      out.ints.assign(column.ints.begin() + begin, column.ints.begin() + end);
+      break;
+    case ColumnType::kDouble:
+      out.doubles.assign(column.doubles.begin() + begin, column.doubles.begin() + end);
+      break;
+    case ColumnType::kString: {
+      uint32_t base = column.offsets[begin];
+      out.offsets.resize(end - begin + 1);
+      for (size_t i = begin; i <= end; ++i) out.offsets[i - begin] = column.offsets[i] - base;
+      out.chars.assign(column.chars, base, column.offsets[end] - base);
+      break;
+    }
+  }
+  return out;
+}
+
+
+
 Column ParquetColumnToText(const ParquetColumn& column, size_t begin, size_t end,
                            const ParquetReadOptions& format, bool float_items, bool float_keys) {
   TZREC_CHECK(begin <= end && end <= column.num_rows());
@@ -87,6 +112,14 @@ Column ParquetColumnToText(const ParquetColumn& column, size_t begin, size_t end
     }
     out.AppendString(text, valid);
   }
+  return out;
+}
+
+Column ParquetColumnRows(const ParquetColumn& column, size_t begin, size_t end,
+                         const ParquetReadOptions& format, bool float_items, bool float_keys) {
+  if (!column.lists.empty()) return ParquetColumnToText(column, begin, end, format, float_items, float_keys);
+  Column out = SliceColumn(column.values, begin, end);
+  out.name = column.name;
   return out;
 }
 
