@@ -23,15 +23,17 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
 CONFIG=$OUT/deepfm_criteo_bench_kafka.config
 sed -e 's/dataset_type: CsvDataset/dataset_type: ParquetDataset/' \
-    -e 's#bench/out/data/#bench/out/data_kafka/#g' bench/configs/deepfm_criteo_bench.config > $CONFIG
+    -e 's#bench/out/data/#bench/out/data_kafka/#g' -e 's#\*\.csv#*.parquet#g' bench/configs/deepfm_criteo_bench.config > $CONFIG
 DATA=$OUT/data_kafka
 MESSAGES=$OUT/kafka_messages
 if [ "$(cat $DATA/rows 2>/dev/null)" != "$ROWS.$ROWS_PER_MESSAGE" ]; then
   rm -rf $DATA $MESSAGES
   build/tzrec gen_data --pipeline_config_path=$CONFIG --output_dir=$DATA --train_rows=$ROWS \
     --eval_rows=4096 --num_files=1 >/dev/null 2>&1
-  (cd tests/interop && node write_arrow.mjs messages "$PWD/../../$(ls $DATA/train/*.parquet | head -1)" \
-     "$PWD/../../$MESSAGES" $ROWS_PER_MESSAGE stream >/dev/null)
+  train_file=$(cd $DATA/train && ls "$PWD"/*.parquet | head -1)
+  mkdir -p $MESSAGES
+  messages_dir=$(cd $MESSAGES && pwd)
+  (cd tests/interop && node write_arrow.mjs messages "$train_file" "$messages_dir" $ROWS_PER_MESSAGE stream >/dev/null)
   echo "$ROWS.$ROWS_PER_MESSAGE" > $DATA/rows
 fi
 echo "[kafka] $ROWS rows in $(ls $MESSAGES | wc -l) messages of $ROWS_PER_MESSAGE rows ($(du -sh $MESSAGES | cut -f1) Arrow IPC)"
@@ -41,7 +43,7 @@ while read -r line; do
   echo "[kafka] $line"
   w=$(echo "$line" | sed -n 's/^kafka workers=\([0-9]*\):.*/\1/p')
   KAFKA[$w]=$(echo "$line" | sed -n 's/.*(\([0-9]*\) rows\/s per worker thread).*/\1/p')
-done < <(build/tzrec_micro_bench kafka $CONFIG $MESSAGES 1 2>/dev/null | grep '^kafka workers=')
+done < <(build/tzrec_micro_bench kafka $CONFIG $MESSAGES 2>/dev/null | grep '^kafka workers=')
 while read -r line; do
   echo "[kafka] parquet $line"
   w=$(echo "$line" | sed -n 's/.*workers=\([0-9]*\):.*/\1/p')
@@ -51,6 +53,7 @@ done < <(build/tzrec_micro_bench data $CONFIG "$DATA/train/*.parquet" 2>/dev/nul
 # What the trainer consumes: DeepFM steady-state samples/s (as data_throughput.sh measures it).
 rm -rf $OUT/deepfm_kafka
 build/tzrec train_eval --pipeline_config_path=$CONFIG --model_dir=$OUT/deepfm_kafka --eval_input_path="" \
+  --train_input_path="$DATA/train/*.parquet" \
   --edit_config_json="{\"train_config.num_epochs\": 0, \"train_config.num_steps\": $((STEPS + 21)),
     \"train_config.log_step_count_steps\": 20}" >$OUT/kafka_trainer.log 2>&1
 trainer=$(steady_samples_per_s $OUT/kafka_trainer.log 20 4096)

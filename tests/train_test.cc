@@ -39,10 +39,10 @@ TEST(GenDataCli, RunsTheConfigSupportCheckFirst) {
   std::string out = Shell(std::string(TZREC_BINARY) + " gen_data --pipeline_config_path=" +
                               testing::SourceDir() + "/examples/deepfm_mock.config --output_dir=" +
                               dir.File("data") + " --train_rows=100 --eval_rows=100 " +
-                              "--edit_config_json='{\"train_config.save_checkpoints_timestamp_interval\": 60}'",
+                              "--edit_config_json='{\"train_config.cudnn_allow_tf32\": false}'",
                           &code);
   EXPECT_NE(code, 0) << out;
-  EXPECT_NE(out.find("train_config.save_checkpoints_timestamp_interval: not supported yet"), std::string::npos) << out;
+  EXPECT_NE(out.find("train_config.cudnn_allow_tf32: not supported yet"), std::string::npos) << out;
   EXPECT_FALSE(PathExists(dir.File("data/oracle.json")));
 }
 

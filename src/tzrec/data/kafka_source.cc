@@ -37,9 +37,19 @@ std::string PercentDecode(std::string_view text) {
   return out;
 }
 
-// An rd_kafka_t with the URI's settings (a consumer), or a failure naming the setting.
+// Client-level errors (a broker down, all brokers down: librdkafka reconnects by itself),
+// served while the consumer is polled; `opaque` is the consumer's KafkaUri.
+void LogClientError(rd_kafka_t*, int err, const char* reason, void* opaque) {
+  LOG_WARNING << static_cast<const KafkaUri*>(opaque)->uri << ": " << reason << " ("
+              << rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)) << "; librdkafka retries)";
+}
+
+// An rd_kafka_t with the URI's settings (a consumer), or a failure naming the setting. `uri`
+// must outlive it.
 rd_kafka_t* NewConsumer(const KafkaUri& uri) {
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set_error_cb(conf, LogClientError);
+  rd_kafka_conf_set_opaque(conf, const_cast<KafkaUri*>(&uri));
   char error[512];
   auto set = [&](const std::string& key, const std::string& value) {
     if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), error, sizeof(error)) != RD_KAFKA_CONF_OK) {
@@ -86,6 +96,9 @@ class KafkaRowSource : public RowSource {
   KafkaRowSource(KafkaInput input, const DataloaderState* resume) : input_(std::move(input)) {
     if (input_.partitions.empty()) return;
     consumer_.reset(NewConsumer(input_.uri));
+    // Client-level errors (a broker down, all brokers down) then arrive through
+    // rd_kafka_consumer_poll too, where Poll logs them.
+    rd_kafka_poll_set_consumer(consumer_.get());
     PartitionListPtr list(rd_kafka_topic_partition_list_new(static_cast<int>(input_.partitions.size())));
     std::vector<int32_t> by_time;
     for (int32_t partition : input_.partitions) {
@@ -219,7 +232,7 @@ class KafkaRowSource : public RowSource {
       // Broker and transport errors are retried by librdkafka; say so once a second at most.
       const auto now = std::chrono::steady_clock::now();
       if (now - last_error_log_ > std::chrono::seconds(1)) {
-        LOG_WARNING << input_.uri.uri << ": " << what << " (librdkafka retries)";
+        LOG_WARNING << input_.uri.uri << ": " << what << " (" << rd_kafka_err2name(message->err) << "; librdkafka retries)";
         last_error_log_ = now;
       }
       return;
