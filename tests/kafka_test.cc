@@ -344,6 +344,11 @@ TEST_F(KafkaTraining, TrainsFromATopicResumesBitForBitAndEvaluatesOnParquet) {
   const auto state = nlohmann::json::parse(
       ReadFileToString(ListCheckpoints(dir_.File("resumed")).back().path + "/dataloader_state.json"));
   EXPECT_TRUE(state.contains(KafkaSourceId(kTopic, 0)) && state.contains(KafkaSourceId(kTopic, 1))) << state.dump();
+  // An evaluation on a stream needs a step count (it would wait for data forever).
+  TrainEvalOptions stream_eval = Options(2, false, "stream_eval");
+  stream_eval.eval_input_path = kafka_.Uri(kTopic);
+  stream_eval.edit_config_json.insert(stream_eval.edit_config_json.size() - 1, R"(, "eval_config.num_steps": 0)");
+  EXPECT_TZREC_ERROR(TrainAndEvaluate(stream_eval), "is a Kafka stream, which has no end: set eval_config.num_steps");
   // The evaluation ran on the Parquet eval path.
   const auto results = testing::ReadJsonLines(dir_.File("resumed/train_eval_result_v2.txt"));
   ASSERT_FALSE(results.empty());

@@ -40,6 +40,16 @@
 namespace tzrec {
 namespace {
 
+// An evaluation over a stream would wait for data forever once the topic is read: it needs a
+// step count (TorchEasyRec's would hang the same way).
+void CheckEvaluationEnds(const protos::EasyRecConfig& config) {
+  if (config.data_config().dataset_type() == protos::KafkaDataset &&
+      StartsWith(config.eval_input_path(), "kafka://") && config.eval_config().num_steps() == 0) {
+    Fail("eval_input_path '", config.eval_input_path(),
+         "' is a Kafka stream, which has no end: set eval_config.num_steps, or evaluate on files");
+  }
+}
+
 constexpr char kTrainEvalResultFile[] = "train_eval_result_v2.txt";
 
 // Accumulates wall time per phase of the training step.
@@ -481,6 +491,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       pipeline->MakeDataset(config.train_input_path(), DatasetMode::kTrain, data_seed, dist.get());
   std::unique_ptr<Dataset> eval_data;
   if (!config.eval_input_path().empty()) {
+    CheckEvaluationEnds(config);
     eval_data = pipeline->MakeDataset(config.eval_input_path(), DatasetMode::kEval, data_seed, dist.get());
   }
   BuildModel(pipeline.get(), dist.get());
@@ -763,6 +774,7 @@ std::map<std::string, double> Evaluate(const EvalOptions& options) {
   if (!options.eval_input_path.empty()) config.set_eval_input_path(options.eval_input_path);
   CheckConfigSupported(config);
   if (config.eval_input_path().empty()) Fail("eval_input_path is empty: set it or --eval_input_path");
+  CheckEvaluationEnds(config);
   std::string ckpt_source = options.checkpoint_path.empty() ? config.model_dir() : options.checkpoint_path;
   auto ckpt = LatestCheckpoint(ckpt_source);
   if (!ckpt) Fail("no checkpoint found at '", ckpt_source, "'");
