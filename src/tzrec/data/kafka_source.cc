@@ -320,12 +320,15 @@ class KafkaRowSource : public RowSource {
 
 }  // namespace
 
+constexpr std::string_view kKafkaScheme = "kafka://";
+
+bool IsKafkaUri(const std::string& path) { return StartsWith(path, kKafkaScheme); }
+
 KafkaUri ParseKafkaUri(const std::string& uri) {
   KafkaUri out;
   out.uri = uri;
-  constexpr std::string_view kScheme = "kafka://";
-  if (!StartsWith(uri, kScheme)) Fail("input path '", uri, "' is not a kafka:// URI");
-  std::string_view rest = std::string_view(uri).substr(kScheme.size());
+  if (!IsKafkaUri(uri)) Fail("input path '", uri, "' is not a kafka:// URI");
+  std::string_view rest = std::string_view(uri).substr(kKafkaScheme.size());
   const size_t query = rest.find('?');
   std::string_view path = rest.substr(0, query);
   const size_t slash = path.find('/');

@@ -43,6 +43,8 @@ struct KafkaUri {
   std::vector<std::pair<std::string, std::string>> config;  // librdkafka settings, in order
   std::optional<int64_t> start_timestamp_ms;
 };
+// Whether `path` names a Kafka topic (kafka://...) rather than files.
+bool IsKafkaUri(const std::string& path);
 // Fails naming `uri` when it is not kafka://brokers/topic?group.id=...
 KafkaUri ParseKafkaUri(const std::string& uri);
 

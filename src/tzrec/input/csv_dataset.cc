@@ -80,11 +80,10 @@ std::unique_ptr<DatasetReader> MakeCsvReader(const protos::DataConfig& data_conf
 
 }  // namespace
 
-void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options) {
-  options->column_names.clear();
-  options->column_types.clear();
+std::vector<InputFieldSpec> DeclaredInputFields(const protos::DataConfig& data_config) {
+  std::vector<InputFieldSpec> fields;
   if (!data_config.input_fields_str().empty()) {
-    // "name:TYPE;name:TYPE;" (wins over input_fields, as in TorchEasyRec).
+    // "name:TYPE;name:TYPE;", spaces ignored.
     for (auto entry : SplitView(data_config.input_fields_str(), ";")) {
       std::string item;
       for (char c : entry) {
@@ -95,20 +94,26 @@ void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options
       if (colon == std::string::npos) {
         Fail("data_config.input_fields_str: '", item, "' is not name:TYPE");
       }
-      std::string name = item.substr(0, colon);
-      options->column_names.push_back(name);
-      options->column_types[name] =
-          ColumnTypeForField(name, item.substr(colon + 1), "data_config.input_fields_str");
+      fields.push_back({item.substr(0, colon), item.substr(colon + 1), "data_config.input_fields_str"});
     }
-    return;
+    return fields;
   }
   for (int i = 0; i < data_config.input_fields_size(); ++i) {
     const auto& field = data_config.input_fields(i);
-    options->column_names.push_back(field.input_name());
-    if (field.has_input_type()) {
-      options->column_types[field.input_name()] = ColumnTypeForField(
-          field.input_name(), protos::FieldType_Name(field.input_type()),
-          StrCat("data_config.input_fields[", i, "]"));
+    fields.push_back({field.input_name(),
+                      field.has_input_type() ? protos::FieldType_Name(field.input_type()) : std::string(),
+                      StrCat("data_config.input_fields[", i, "]")});
+  }
+  return fields;
+}
+
+void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options) {
+  options->column_names.clear();
+  options->column_types.clear();
+  for (const InputFieldSpec& field : DeclaredInputFields(data_config)) {
+    options->column_names.push_back(field.name);
+    if (!field.type.empty()) {
+      options->column_types[field.name] = ColumnTypeForField(field.name, field.type, field.where);
     }
   }
 }

@@ -12,6 +12,7 @@
 #include "tzrec/common/fs.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/data/kafka_source.h"
 #include "tzrec/input/dataset_reader.h"
 
 namespace tzrec {
@@ -106,7 +107,7 @@ Dataset::Dataset(const protos::DataConfig& data_config, std::vector<const Featur
   options_.world_size = world_size;
   options_.mode = mode;
   std::string type_name = protos::DatasetType_Name(data_config.dataset_type());
-  const bool stream = data_config.dataset_type() == protos::KafkaDataset && StartsWith(input_path, "kafka://");
+  const bool stream = data_config.dataset_type() == protos::KafkaDataset && IsKafkaUri(input_path);
   if (data_config.dataset_type() == protos::KafkaDataset && !stream) {
     // Online training evaluates on files: a file path under a KafkaDataset config is read by
     // the file reader its names call for.

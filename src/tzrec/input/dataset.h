@@ -178,6 +178,16 @@ class ParsedBatchStream {
   std::vector<std::thread> threads_;
 };
 
+// One declared input field: data_config.input_fields_str's "name:TYPE" entries (they win, as in
+// TorchEasyRec) or input_fields. `type` is the FieldType name, empty when input_type is unset;
+// `where` names the config field for errors.
+struct InputFieldSpec {
+  std::string name;
+  std::string type;
+  std::string where;
+};
+std::vector<InputFieldSpec> DeclaredInputFields(const protos::DataConfig& data_config);
+
 // Maps data_config.input_fields / input_fields_str to CSV column names and types.
 void ResolveCsvSchema(const protos::DataConfig& data_config, CsvOptions* options);
 

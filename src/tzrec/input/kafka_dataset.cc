@@ -16,28 +16,11 @@ namespace {
 
 ArrowSchema InputFieldsAsArrow(const protos::DataConfig& data_config) {
   ArrowSchema schema;
-  if (!data_config.input_fields_str().empty()) {
-    // "name:TYPE;name:TYPE;" (wins over input_fields, as in TorchEasyRec).
-    for (std::string_view entry : SplitView(data_config.input_fields_str(), ";")) {
-      std::string item;
-      for (char c : entry) {
-        if (c != ' ') item += c;
-      }
-      if (item.empty()) continue;
-      const size_t colon = item.find(':');
-      if (colon == std::string::npos) Fail("data_config.input_fields_str: '", item, "' is not name:TYPE");
-      schema.push_back(ArrowFieldOfType(item.substr(0, colon), item.substr(colon + 1),
-                                        "data_config.input_fields_str"));
+  for (const InputFieldSpec& field : DeclaredInputFields(data_config)) {
+    if (field.type.empty()) {
+      Fail(field.where, ": '", field.name, "' needs input_type (KafkaDataset reads record batches by it)");
     }
-    return schema;
-  }
-  for (int i = 0; i < data_config.input_fields_size(); ++i) {
-    const auto& field = data_config.input_fields(i);
-    const std::string where = StrCat("data_config.input_fields[", i, "]");
-    if (!field.has_input_type()) {
-      Fail(where, ": '", field.input_name(), "' needs input_type (KafkaDataset reads record batches by it)");
-    }
-    schema.push_back(ArrowFieldOfType(field.input_name(), protos::FieldType_Name(field.input_type()), where));
+    schema.push_back(ArrowFieldOfType(field.name, field.type, field.where));
   }
   return schema;
 }

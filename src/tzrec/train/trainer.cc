@@ -22,6 +22,7 @@
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/config/supported_fields.h"
+#include "tzrec/data/kafka_source.h"
 #include "tzrec/dist/data_parallel.h"
 #include "tzrec/optim/dense_optimizer.h"
 #include "tzrec/train/checkpoint.h"
@@ -44,7 +45,7 @@ namespace {
 // step count (TorchEasyRec's would hang the same way).
 void CheckEvaluationEnds(const protos::EasyRecConfig& config) {
   if (config.data_config().dataset_type() == protos::KafkaDataset &&
-      StartsWith(config.eval_input_path(), "kafka://") && config.eval_config().num_steps() == 0) {
+      IsKafkaUri(config.eval_input_path()) && config.eval_config().num_steps() == 0) {
     Fail("eval_input_path '", config.eval_input_path(),
          "' is a Kafka stream, which has no end: set eval_config.num_steps, or evaluate on files");
   }
