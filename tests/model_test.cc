@@ -45,6 +45,29 @@ TEST(FactorizationMachine, MatchesBruteForceAndFiniteDifferences) {
   EXPECT_LT(max_error, 1e-7);
 }
 
+// The fused kernel in float on DeepFM's shape, with rows that are a slice of a wider lookup
+// output (strided), against ATen's formula in double.
+TEST(FactorizationMachine, FloatKernelOnStridedRowsMatchesTheFormulaAndItsGradient) {
+  torch::manual_seed(5);
+  const int64_t batch = 1000, n = 26, d = 16;
+  at::Tensor wide = torch::randn({batch, n * d + 13});
+  at::Tensor x = wide.narrow(1, 13, n * d).reshape({batch, n, d});
+  ASSERT_NE(x.stride(0), n * d);
+  at::Tensor view = wide.clone().requires_grad_(true);
+  at::Tensor fm = FactorizationMachine(view.narrow(1, 13, n * d).reshape({batch, n, d}));
+  at::Tensor xd = x.to(torch::kDouble);
+  at::Tensor expected = 0.5 * (xd.sum(1) * xd.sum(1) - (xd * xd).sum(1));
+  EXPECT_LT((fm.to(torch::kDouble) - expected).abs().max().item<double>(), 1e-4);
+  at::Tensor weights = torch::randn({batch, d});
+  (fm * weights).sum().backward();
+  at::Tensor expected_grad = (weights.to(torch::kDouble).unsqueeze(1) * (xd.sum(1, true) - xd));
+  at::Tensor grad = view.grad().narrow(1, 13, n * d).reshape({batch, n, d}).to(torch::kDouble);
+  EXPECT_LT((grad - expected_grad).abs().max().item<double>(), 1e-4);
+  EXPECT_EQ(view.grad().narrow(1, 0, 13).abs().max().item<float>(), 0.0f);
+  // No features: zeros.
+  EXPECT_EQ(FactorizationMachine(torch::randn({4, 0, d})).abs().max().item<float>(), 0.0f);
+}
+
 const char* kTinyDeepFM = R"(
   data_config { dataset_type: CsvDataset label_fields: "label" }
   feature_configs { id_feature { feature_name: "a" num_buckets: 3 embedding_dim: 2 } }

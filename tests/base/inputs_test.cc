@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,120 @@ TEST(CsvInputs, EndlessLineStopsAtTheCapFromTheEnvironment) {
   EXPECT_TZREC_ERROR(CsvMaxRecordBytes(), "TZREC_CSV_MAX_RECORD_BYTES='lots' must be a positive");
   ASSERT_EQ(unsetenv(kCsvMaxRecordBytesEnv), 0);
   EXPECT_EQ(CsvOptions().max_record_bytes, kDefaultCsvMaxRecordBytes);
+}
+
+// The record rules written out one byte at a time: the reader's piecewise scan must agree.
+struct SimpleCsvRecord {
+  int64_t line = 0;
+  std::vector<std::string> fields;
+};
+std::vector<SimpleCsvRecord> SimpleCsvParse(const std::string& s, char delim) {
+  std::vector<SimpleCsvRecord> records;
+  size_t i = 0, n = s.size();
+  int64_t line = 1;
+  while (true) {
+    while (i < n && (s[i] == '\n' || s[i] == '\r')) {  // empty lines, stray CRs
+      if (s[i] == '\n') ++line;
+      ++i;
+    }
+    if (i >= n) break;
+    SimpleCsvRecord record;
+    record.line = line;
+    record.fields.emplace_back();
+    bool quoted = false, start = true;
+    while (i < n) {
+      const char c = s[i++];
+      std::string& f = record.fields.back();
+      if (quoted) {
+        if (c == '"') {
+          if (i < n && s[i] == '"') {
+            f += '"';
+            ++i;
+          } else {
+            quoted = false;
+          }
+        } else {
+          if (c == '\n') ++line;
+          f += c;
+        }
+      } else if (c == '"' && start) {
+        quoted = true;
+        start = false;
+      } else if (c == delim) {
+        record.fields.emplace_back();
+        start = true;
+      } else if (c == '\n') {
+        ++line;
+        break;
+      } else if (c == '\r' && i < n && s[i] == '\n') {
+        continue;
+      } else {
+        f += c;
+        start = false;
+      }
+    }
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+TEST(CsvInputs, ReadsWhatASimpleByteParserReadsAcrossBufferRefills) {
+  for (const char delim : {',', '\t'}) {
+    std::mt19937 rng(delim);
+    auto pick = [&](const std::string& from) { return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)]; };
+    auto chance = [&](int percent) { return std::uniform_int_distribution<int>(0, 99)(rng) < percent; };
+    const std::string plain = std::string("abcXYZ0123456789 .;|-_\r\"") + (delim == ',' ? "\t" : ",");
+    const std::string inside = plain + delim + "\n\r";
+    const int columns = 5;
+    std::string text;
+    // ~3 MB: several 1 MiB buffers, so records and quoted fields straddle refills.
+    while (text.size() < 3u << 20) {
+      if (chance(3)) text += chance(50) ? "\n" : "\r\n";  // empty line
+      for (int c = 0; c < columns; ++c) {
+        if (c > 0) text += delim;
+        const int length = std::uniform_int_distribution<int>(0, chance(2) ? 3000 : 12)(rng);
+        if (chance(15)) {
+          text += '"';
+          for (int k = 0; k < length; ++k) {
+            const char ch = chance(5) ? '"' : pick(inside);
+            text += ch == '"' ? std::string("\"\"") : std::string(1, ch);  // a lone quote would end it
+          }
+          text += '"';
+          if (chance(10)) text += "tail";
+        } else {
+          for (int k = 0; k < length; ++k) {
+            char ch = pick(plain);
+            if (k == 0 && (ch == '"' || ch == '\r')) ch = 'q';  // would open a quote / be skipped at a record's start
+            text += ch;
+          }
+        }
+      }
+      text += chance(20) ? "\r\n" : "\n";
+    }
+    const std::vector<SimpleCsvRecord> expected = SimpleCsvParse(text, delim);
+    TempDir dir;
+    WriteFile(dir.File("data.csv"), text);
+    CsvOptions options;
+    options.delimiter = delim;
+    options.column_names = {"a", "b", "c", "d", "e"};
+    CsvFileReader reader(dir.File("data.csv"), options);
+    RecordBatch batch;
+    size_t row = 0;
+    while (reader.Next(997, &batch)) {
+      for (size_t r = 0; r < batch.num_rows(); ++r, ++row) {
+        ASSERT_LT(row, expected.size());
+        ASSERT_EQ(expected[row].fields.size(), static_cast<size_t>(columns)) << "row " << row;
+        ASSERT_EQ(batch.line_numbers[r], expected[row].line) << "row " << row;
+        for (int c = 0; c < columns; ++c) {
+          ASSERT_EQ(std::string(batch.columns[c].StringAt(r)), expected[row].fields[c])
+              << "row " << row << " column " << c << " line " << expected[row].line;
+          ASSERT_EQ(batch.columns[c].IsNull(r), expected[row].fields[c].empty());
+        }
+      }
+    }
+    EXPECT_EQ(row, expected.size());
+    EXPECT_GT(row, 10000u);
+  }
 }
 
 // ------------------------------------------------------------------- files and memory

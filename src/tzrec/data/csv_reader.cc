@@ -28,10 +28,15 @@ CsvFileReader::CsvFileReader(std::string path, CsvOptions options)
     : path_(std::move(path)), options_(std::move(options)), buffer_(1 << 20) {
   file_ = std::fopen(path_.c_str(), "rb");
   if (!file_) Fail("cannot open CSV file '", path_, "'");
+  for (unsigned char c : {static_cast<unsigned char>(options_.delimiter), static_cast<unsigned char>('"'),
+                          static_cast<unsigned char>('\r'), static_cast<unsigned char>('\n')}) {
+    stop_[c] |= kStopUnquoted;
+  }
+  stop_[static_cast<unsigned char>('"')] |= kStopQuoted;
+  stop_[static_cast<unsigned char>('\n')] |= kStopQuoted;
   if (options_.with_header) {
     if (!ReadRecord()) Fail(path_, ": empty file, expected a header line");
-    names_.assign(fields_.begin(), fields_.begin() + num_fields_);
-    for (auto& name : names_) name = std::string(Trim(name));
+    for (size_t i = 0; i < field_ends_.size(); ++i) names_.emplace_back(Trim(Field(i)));
   } else {
     if (options_.column_names.empty()) {
       Fail(path_, ": CSV without header needs data_config.input_fields (or input_fields_str) ",
@@ -104,20 +109,25 @@ bool CsvFileReader::ReadRecord() {
   }
   record_line_ = line_;
   record_offset_ = buffer_offset_ + static_cast<int64_t>(buffer_pos_);
-  num_fields_ = 0;
-  auto next_field = [&]() -> std::string& {
-    if (fields_.size() <= num_fields_) fields_.emplace_back();
-    std::string& field = fields_[num_fields_++];
-    field.clear();
-    return field;
-  };
-  std::string* field = &next_field();
+  record_.clear();
+  field_ends_.clear();
+  // Field ends are 32-bit: a record over 4 GiB is refused by the size cap long before.
+  auto end_field = [&]() { field_ends_.push_back(static_cast<uint32_t>(record_.size())); };
   bool quoted = false;
   bool field_start = true;
   while (true) {
+    // Ordinary bytes in one piece; what the state must decide on goes through the loop below.
+    const size_t run = PlainRun(quoted ? kStopQuoted : kStopUnquoted);
+    if (run > 0) {
+      record_.append(buffer_.data() + buffer_pos_, run);
+      buffer_pos_ += run;
+      if (!quoted) field_start = false;
+      continue;  // at the buffer's end: Get() refills
+    }
     int c = Get();
     if (c == EOF) {
       if (quoted) Fail(path_, ":", record_line_, ": unterminated quoted field");
+      end_field();
       CheckRecordSize();
       record_offset_ = -1;
       return true;
@@ -126,13 +136,13 @@ bool CsvFileReader::ReadRecord() {
       if (c == '"') {
         if (Peek() == '"') {
           Get();
-          field->push_back('"');
+          record_.push_back('"');
         } else {
           quoted = false;
         }
       } else {
         if (c == '\n') ++line_;
-        field->push_back(static_cast<char>(c));
+        record_.push_back(static_cast<char>(c));
       }
       continue;
     }
@@ -142,18 +152,19 @@ bool CsvFileReader::ReadRecord() {
       continue;
     }
     if (c == delim) {
-      field = &next_field();
+      end_field();
       field_start = true;
       continue;
     }
     if (c == '\n') {
       ++line_;
+      end_field();
       CheckRecordSize();
       record_offset_ = -1;
       return true;
     }
     if (c == '\r' && Peek() == '\n') continue;
-    field->push_back(static_cast<char>(c));
+    record_.push_back(static_cast<char>(c));
     field_start = false;
   }
 }
@@ -173,12 +184,12 @@ bool CsvFileReader::Next(size_t max_rows, RecordBatch* out) {
     out->columns[j].type = wanted_type_[j];
   }
   while (out->line_numbers.size() < max_rows && ReadRecord()) {
-    if (num_fields_ != names_.size()) {
-      Fail(path_, ":", record_line_, ": expected ", names_.size(), " columns, got ", num_fields_);
+    if (field_ends_.size() != names_.size()) {
+      Fail(path_, ":", record_line_, ": expected ", names_.size(), " columns, got ", field_ends_.size());
     }
     out->line_numbers.push_back(record_line_);
     for (size_t j = 0; j < wanted_index_.size(); ++j) {
-      const std::string& text = fields_[wanted_index_[j]];
+      const std::string_view text = Field(static_cast<size_t>(wanted_index_[j]));
       Column& column = out->columns[j];
       bool present = !text.empty();
       switch (column.type) {

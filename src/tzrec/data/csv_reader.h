@@ -9,6 +9,7 @@
 // thread-safe; use one reader per thread.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -55,7 +56,11 @@ class CsvFileReader {
   const std::vector<std::string>& column_names() const { return names_; }
 
  private:
-  bool ReadRecord();  // fills fields_, record_line_; false at EOF
+  bool ReadRecord();  // fills record_, field_ends_, record_line_; false at EOF
+  std::string_view Field(size_t i) const {
+    const uint32_t begin = i == 0 ? 0 : field_ends_[i - 1];
+    return std::string_view(record_).substr(begin, field_ends_[i] - begin);
+  }
   // Per-character access is the hot loop: inline, with the refill out of line.
   int Peek() {
     if (buffer_pos_ == buffer_len_ && !Refill()) return EOF;
@@ -65,6 +70,17 @@ class CsvFileReader {
     if (buffer_pos_ == buffer_len_ && !Refill()) return EOF;
     return static_cast<unsigned char>(buffer_[buffer_pos_++]);
   }
+  // Bytes from buffer_pos_ up to the buffer's end or the first one the state must look at
+  // (kStopUnquoted: delimiter, quote, CR, LF; kStopQuoted: quote, LF): the field's ordinary
+  // text, appended in one piece instead of a byte at a time.
+  size_t PlainRun(uint8_t stop_mask) const {
+    const char* begin = buffer_.data() + buffer_pos_;
+    const char* end = buffer_.data() + buffer_len_;
+    const char* p = begin;
+    while (p < end && !(stop_[static_cast<unsigned char>(*p)] & stop_mask)) ++p;
+    return static_cast<size_t>(p - begin);
+  }
+  static constexpr uint8_t kStopUnquoted = 1, kStopQuoted = 2;
   bool Refill();
   void CheckRecordSize() const;
 
@@ -77,8 +93,11 @@ class CsvFileReader {
   int64_t buffer_offset_ = 0;   // file offset of buffer_[0]
   int64_t record_offset_ = -1;  // file offset where the record being read starts; -1: none
   int64_t line_ = 1;
-  std::vector<std::string> fields_;
-  size_t num_fields_ = 0;
+  uint8_t stop_[256] = {};  // kStop* bits per byte value
+  // The record being read: its fields' text back to back, and where each ends (one string for
+  // the record instead of one per field: fields are a few bytes and many).
+  std::string record_;
+  std::vector<uint32_t> field_ends_;
   int64_t record_line_ = 0;
   std::vector<std::string> names_;
   std::vector<int> wanted_index_;           // file column index of each output column
