@@ -10,6 +10,38 @@
 namespace tzrec {
 namespace {
 
+// Inference on rows that share most inputs (a rank request: one user, many items) computes the
+// shared columns once; the result is ATen's linear (in double) up to rounding, whichever
+// columns are shared, with and without bias / ReLU, and with a NaN in a shared column.
+TEST(FastLinear, RowsSharingMostInputsMatchTheFullProductInInference) {
+  torch::manual_seed(11);
+  c10::NoGradGuard no_grad;
+  const int64_t in = 60, out = 23;
+  for (int64_t batch : {4, 100}) {
+    for (int64_t varying : {0, 1, 7, 29, 31, 60}) {  // 31 and 60 varying: the plain GEMM path
+      for (bool relu : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "B " << batch << " varying " << varying << " relu " << relu);
+        at::Tensor x = torch::randn({1, in}).repeat({batch, 1});
+        at::Tensor columns = torch::randperm(in).narrow(0, 0, varying);
+        if (varying > 0) x.index_copy_(1, columns, torch::randn({batch, varying}));
+        at::Tensor w = torch::randn({out, in}).requires_grad_(true);  // a parameter, as in a model
+        at::Tensor b = torch::randn({out});
+        at::Tensor y = FastLinear(x, w, b, relu);
+        at::Tensor expected = torch::linear(x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
+        if (relu) expected = torch::relu(expected);
+        EXPECT_LT((y.to(torch::kDouble) - expected).abs().max().item<double>(), 1e-4);
+        EXPECT_FALSE(y.requires_grad());
+      }
+    }
+  }
+  // A NaN in every row of a column makes that column varying: the NaN reaches every output,
+  // as in the full product.
+  at::Tensor x = torch::randn({1, in}).repeat({8, 1});
+  x.select(1, 3).fill_(std::numeric_limits<float>::quiet_NaN());
+  at::Tensor y = FastLinear(x, torch::randn({out, in}), torch::randn({out}), false);
+  EXPECT_TRUE(torch::isnan(y).all().item<bool>());
+}
+
 TEST(FastLinear, MatchesAtenLinearForwardAndBackward) {
   testing::ForEachCpuIsa([] {
   torch::manual_seed(5);

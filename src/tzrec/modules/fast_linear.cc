@@ -1,6 +1,7 @@
 #include "tzrec/modules/fast_linear.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/logging.h"
@@ -254,6 +256,64 @@ bool FastLinearEnabled() {
   return enabled;
 }
 
+// Inference on a batch whose rows share most of their inputs, as a ranking request's do (one
+// user's features beside each candidate item's): the shared columns' product with the weights
+// is one matrix-vector product for the whole batch, and only the varying columns go through
+// the GEMM. For the Criteo DeepFM served with 100 items, 400 of the first layer's 429 inputs
+// are the user's, so that layer's work drops ~13x. Returns false (nothing done) unless at
+// least half the columns are equal in every row; a column with a NaN counts as varying. The
+// sum is split differently from one GEMM's, so outputs may differ from it in the last bits.
+static bool SharedColumnsLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool relu,
+                         at::Tensor* y) {
+  const int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
+  if (batch < 4 || in < 8) return false;
+  const float* xp = x.data_ptr<float>();
+  std::vector<uint8_t> shared(static_cast<size_t>(in), 1);
+  int64_t shared_count = in;
+  for (int64_t r = 1; r < batch; ++r) {
+    const float* row = xp + r * in;
+    for (int64_t j = 0; j < in; ++j) {
+      if (shared[j] && !(row[j] == xp[j])) {
+        shared[j] = 0;
+        --shared_count;
+      }
+    }
+    if (shared_count * 2 < in) return false;
+  }
+  std::vector<int64_t> varying;
+  for (int64_t j = 0; j < in; ++j) {
+    if (!shared[j]) varying.push_back(j);
+  }
+  const int64_t n_var = static_cast<int64_t>(varying.size());
+  const float* wp = weight.data_ptr<float>();
+  // Shared part (with the bias): one row of x with the varying columns zeroed, times W^T.
+  std::vector<float> first_row(xp, xp + in);
+  for (int64_t j : varying) first_row[j] = 0.0f;
+  at::Tensor offset = at::empty({out}, x.options());
+  float* op = offset.data_ptr<float>();
+  Sgemm('N', 'T', 1, out, in, first_row.data(), in, wp, in, op, out);
+  if (bias.defined()) {
+    const float* bp = bias.data_ptr<float>();
+    for (int64_t o = 0; o < out; ++o) op[o] += bp[o];
+  }
+  *y = at::empty({batch, out}, x.options());
+  float* yp = y->data_ptr<float>();
+  if (n_var > 0) {
+    std::vector<float> x_var(static_cast<size_t>(batch * n_var)), w_var(static_cast<size_t>(out * n_var));
+    for (int64_t r = 0; r < batch; ++r) {
+      for (int64_t k = 0; k < n_var; ++k) x_var[r * n_var + k] = xp[r * in + varying[k]];
+    }
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t k = 0; k < n_var; ++k) w_var[o * n_var + k] = wp[o * in + varying[k]];
+    }
+    Sgemm('N', 'T', batch, out, n_var, x_var.data(), n_var, w_var.data(), n_var, yp, out);
+  } else {
+    std::fill(yp, yp + batch * out, 0.0f);
+  }
+  ActiveCpuKernels().add_bias_relu(yp, op, batch, out, relu);
+  return true;
+}
+
 at::Tensor FastLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                       bool relu) {
   const bool eligible =
@@ -263,6 +323,10 @@ at::Tensor FastLinear(const at::Tensor& x, const at::Tensor& weight, const at::T
   if (!eligible) {
     at::Tensor y = at::linear(x, weight, bias);
     return relu ? at::relu(y) : y;
+  }
+  if (!at::GradMode::is_enabled() && t_gemm_precision == GemmPrecision::kFloat32) {
+    at::Tensor y;
+    if (SharedColumnsLinear(x, weight, bias, relu, &y)) return y;
   }
   return FastLinearFunction::apply(
       x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, relu);
