@@ -269,16 +269,18 @@ static bool SharedColumnsLinear(const at::Tensor& x, const at::Tensor& weight, c
   if (batch < 4 || in < 8) return false;
   const float* xp = x.data_ptr<float>();
   std::vector<uint8_t> shared(static_cast<size_t>(in), 1);
+  uint8_t* sp = shared.data();
   int64_t shared_count = in;
   for (int64_t r = 1; r < batch; ++r) {
     const float* row = xp + r * in;
-    for (int64_t j = 0; j < in; ++j) {
-      if (shared[j] && !(row[j] == xp[j])) {
-        shared[j] = 0;
-        --shared_count;
-      }
+    // Branch-free so that it vectorises; counted on the first row (where a batch of unrelated
+    // rows already fails) and every 8th after.
+    for (int64_t j = 0; j < in; ++j) sp[j] &= static_cast<uint8_t>(row[j] == xp[j]);
+    if (r == 1 || r % 8 == 0 || r == batch - 1) {
+      shared_count = 0;
+      for (int64_t j = 0; j < in; ++j) shared_count += sp[j];
+      if (shared_count * 2 < in) return false;
     }
-    if (shared_count * 2 < in) return false;
   }
   std::vector<int64_t> varying;
   for (int64_t j = 0; j < in; ++j) {
