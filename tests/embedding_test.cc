@@ -146,16 +146,21 @@ TEST(FusedEmbedding, MatchesReferenceTwinForEveryOptimizer) {
   at::set_num_threads(threads);
 }
 
-// FP16 rows (half weights, fp32 state): the fused kernels equal the reference twin, which
-// rounds through c10::Half's neighbours instead of bit arithmetic, for every optimizer and
-// ISA, at fixed-width dims and runtime ones (odd ones pad their last half), with some rows in
-// half's subnormal range. fp32 math in another order (FMA, association) may move a value
-// across its random rounding threshold: such elements differ by one half step, and are rare
-// (each step starts from equal storages).
-TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
+// FP16 and BF16 rows (2-byte weights, fp32 state): the fused kernels equal the reference
+// twin, which rounds through c10::Half's / c10::BFloat16's neighbours instead of bit
+// arithmetic, for every optimizer and ISA, at fixed-width dims and runtime ones (odd ones pad
+// their last value), with some rows in half's subnormal range. fp32 math in another order
+// (FMA, association) may move a value across its random rounding threshold: such elements
+// differ by one step, and are rare (each step starts from equal storages).
+void ExpectHalfRowsMatchTheReferenceTwin(RowFormat format) {
   const int threads = at::get_num_threads();
   at::set_num_threads(3);
-  testing::ForEachCpuIsa([] {
+  const bool bf16 = format == RowFormat::kBFloat16;
+  const auto fused_forward = bf16 ? FusedKernels().forward_bf16 : FusedKernels().forward_fp16;
+  const auto reference_forward = bf16 ? ReferenceKernels().forward_bf16 : ReferenceKernels().forward_fp16;
+  // One step at |x| is at most |x| * 2^-mantissa bits (plus the subnormal spacing).
+  const double relative_step = std::ldexp(1.0, bf16 ? -7 : -10), smallest_step = std::ldexp(1.0, bf16 ? -133 : -24);
+  testing::ForEachCpuIsa([&] {
     std::mt19937 rng(17);
     for (const auto& spec : AllSpecs()) {
       for (int dim : {3, 8, 16, 19, 32, 70}) {
@@ -163,7 +168,7 @@ TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
                                           << static_cast<int>(spec.weight_decay_mode));
         torch::manual_seed(dim);
         SparseOptimizer optimizer(spec);
-        EmbeddingStorage fused(dim, &optimizer, RowFormat::kFloat16), reference(dim, &optimizer, RowFormat::kFloat16);
+        EmbeddingStorage fused(dim, &optimizer, format), reference(dim, &optimizer, format);
         ASSERT_EQ(fused.row_width(), (dim + 1) / 2 + spec.StateWidth(dim));
         std::vector<EmbeddingTable*> fused_tables, reference_tables;
         AddTwinTables(&fused, &reference, &fused_tables, &reference_tables);
@@ -180,10 +185,10 @@ TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
           const int64_t width = static_cast<int64_t>(lookups.size()) * dim;
           at::Tensor out_fused = torch::empty({bags, width}), out_reference = torch::empty({bags, width});
           // Both forwards read the fused storage (the two storages may differ by rounding).
-          FusedKernels().forward_fp16(fused.data(), fused.row_width(), dim, Args(lookups, fused_tables), bags,
-                                      out_fused.data_ptr<float>());
-          ReferenceKernels().forward_fp16(fused.data(), fused.row_width(), dim, Args(lookups, fused_tables), bags,
-                                          out_reference.data_ptr<float>());
+          fused_forward(fused.data(), fused.row_width(), dim, Args(lookups, fused_tables), bags,
+                        out_fused.data_ptr<float>());
+          reference_forward(fused.data(), fused.row_width(), dim, Args(lookups, fused_tables), bags,
+                            out_reference.data_ptr<float>());
           EXPECT_TRUE(torch::allclose(out_fused, out_reference, 1e-5, 1e-5)) << (out_fused - out_reference).abs().max();
           at::Tensor grad = torch::randn({bags, width}) * 0.1;
           FusedKernels().backward_update(&fused, Args(lookups, fused_tables), bags, grad.data_ptr<float>(), iteration);
@@ -191,8 +196,7 @@ TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
                                              grad.data_ptr<float>(), iteration);
           for (size_t t = 0; t < fused_tables.size(); ++t) {
             const at::Tensor a = fused_tables[t]->weight(), b = reference_tables[t]->weight();
-            // One half step at |x| is at most |x| * 2^-10 (and 2^-24 in the subnormal range).
-            const at::Tensor step = torch::maximum(a.abs(), b.abs()) * std::ldexp(1.0, -10) + std::ldexp(1.0, -24);
+            const at::Tensor step = torch::maximum(a.abs(), b.abs()) * relative_step + smallest_step;
             const at::Tensor differ = (a - b).abs();
             EXPECT_TRUE((differ <= step * 1.001).all().item<bool>()) << t << " " << differ.max();
             EXPECT_LE((differ > 0).sum().item<int64_t>(), a.numel() / 50 + 1) << t;
@@ -212,6 +216,14 @@ TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
     }
   });
   at::set_num_threads(threads);
+}
+
+TEST(FusedEmbedding, Fp16RowsMatchTheReferenceTwinForEveryOptimizer) {
+  ExpectHalfRowsMatchTheReferenceTwin(RowFormat::kFloat16);
+}
+
+TEST(FusedEmbedding, Bf16RowsMatchTheReferenceTwinForEveryOptimizer) {
+  ExpectHalfRowsMatchTheReferenceTwin(RowFormat::kBFloat16);
 }
 
 // Non-finite values go through the fused kernels as through the reference twin: a NaN row

@@ -23,17 +23,30 @@
 
 namespace tzrec {
 
+namespace {
+
+RowFormat RowFormatOf(TableDataType type) {
+  switch (type) {
+    case TableDataType::kFP16: return RowFormat::kFloat16;
+    case TableDataType::kBF16: return RowFormat::kBFloat16;
+    case TableDataType::kFP32: break;
+  }
+  return RowFormat::kFloat32;
+}
+
+}  // namespace
+
 int64_t EmbeddingCollection::TableBytes(const EmbeddingTableSpec& spec,
                                         const SparseOptimizerSpec* optimizer) {
   const int64_t state = optimizer ? optimizer->StateWidth(spec.dim) : 0;
-  const int64_t weight = spec.fp16 ? HalfWeightFloats(spec.dim) : spec.dim;
+  const int64_t weight = spec.data_type != TableDataType::kFP32 ? HalfWeightFloats(spec.dim) : spec.dim;
   return spec.rows * ((weight + state) * 4 + 4);
 }
 
 int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
                                   const std::string& feature, const std::string& where,
                                   bool sequence, const fg::ZchSpec* zch,
-                                  const fg::DynamicEmbSpec* dynamicemb, bool fp16) {
+                                  const fg::DynamicEmbSpec* dynamicemb, TableDataType data_type) {
   TZREC_CHECK(!materialized_, "table '", name, "' added after Materialize");
   for (size_t i = 0; i < specs_.size(); ++i) {
     EmbeddingTableSpec& spec = specs_[i];
@@ -58,8 +71,9 @@ int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim
            spec.dynamicemb ? spec.dynamicemb->Describe() : "none", " vs ",
            dynamicemb ? dynamicemb->Describe() : "none", ")");
     }
-    if (spec.fp16 != fp16) {
-      Fail(where, ": embedding '", name, "' is shared by features with data_type FP16 and FP32");
+    if (spec.data_type != data_type) {
+      Fail(where, ": embedding '", name, "' is shared by features with data_type ", TableDataTypeName(spec.data_type),
+           " and ", TableDataTypeName(data_type));
     }
     if (std::find(spec.features.begin(), spec.features.end(), feature) == spec.features.end()) {
       spec.features.push_back(feature);
@@ -68,7 +82,7 @@ int EmbeddingCollection::AddTable(const std::string& name, int64_t rows, int dim
   }
   specs_.push_back({name, rows, dim, trainable, {feature}, sequence,
                     zch ? std::optional<fg::ZchSpec>(*zch) : std::nullopt,
-                    dynamicemb ? std::optional<fg::DynamicEmbSpec>(*dynamicemb) : std::nullopt, fp16});
+                    dynamicemb ? std::optional<fg::DynamicEmbSpec>(*dynamicemb) : std::nullopt, data_type});
   return static_cast<int>(specs_.size() - 1);
 }
 
@@ -183,17 +197,17 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
       TZREC_CHECK(comm_ != nullptr, "sharded table '", spec.name, "' without a process group");
       const TableShard& shard = sharded->second;
       storages_.push_back(std::make_unique<EmbeddingStorage>(
-          shard.local_dim(shard.rank), optimizer_, spec.fp16 ? RowFormat::kFloat16 : RowFormat::kFloat32));
+          shard.local_dim(shard.rank), optimizer_, RowFormatOf(spec.data_type)));
       storage_shards_.push_back(shard);
       storage_out_dims_.push_back(spec.dim);
       storage_of_table.push_back(storages_.size() - 1);
       tables_.push_back(storages_.back()->AddTable(spec.name, shard.local_rows(shard.rank), spec.trainable));
       continue;
     }
-    // INT8 tables (inference) and FP16 tables share storages of their own.
+    // INT8 tables (inference), FP16 and BF16 tables share storages of their own.
     const bool int8 = options.int8_tables.count(spec.name) > 0;
     TZREC_CHECK(!int8 || !optimizer_, "INT8 table '", spec.name, "' with an optimizer");
-    const RowFormat format = int8 ? RowFormat::kInt8 : spec.fp16 ? RowFormat::kFloat16 : RowFormat::kFloat32;
+    const RowFormat format = int8 ? RowFormat::kInt8 : RowFormatOf(spec.data_type);
     const std::tuple<int, int, std::string> key(spec.dim, static_cast<int>(format), group_of_table[t]);
     auto it = storage_of_dim.find(key);
     if (it == storage_of_dim.end()) {
@@ -506,8 +520,8 @@ int EmbeddingCollection::RestoreRows(EmbeddingTable* table, const std::map<std::
       const int64_t n = std::min(chunk, table->rows() - begin);
       InitializeRowRange(table->row_init(), table->logical_row_begin() + begin, n, table->logical_column_begin(),
                          table->dim(), initial.data_ptr<float>(), table->dim());
-      // An FP16 table's initial values are the drawn ones rounded to halves.
-      const at::Tensor as_stored = storage->fp16_rows() ? initial.to(at::kHalf).to(at::kFloat) : initial;
+      // An FP16 / BF16 table's initial values are the drawn ones rounded to 2 bytes.
+      const at::Tensor as_stored = storage->half_rows() ? initial.to(storage->half_type()).to(at::kFloat) : initial;
       const float* saved_rows = weight.data_ptr<float>() + begin * table->dim();
       const float* init_rows = as_stored.data_ptr<float>();
       for (int64_t r = 0; r < n; ++r) {
@@ -631,7 +645,7 @@ int EmbeddingCollection::RestoreTables(
         }
         part = LocalPart(*shard, logical, logical.size(1) == shard->dim);
       }
-      // INT8 and FP16 tables take their stored form, or fp32 weights they convert.
+      // INT8, FP16 and BF16 tables take their stored form, or fp32 weights they convert.
       if (name == "weight") part = table->storage()->StoredForm(part);
       if (part.sizes() != target.sizes() || part.scalar_type() != target.scalar_type()) {
         Fail(source, ": table ", what, " is ", part.scalar_type(), " ", logical.sizes(),

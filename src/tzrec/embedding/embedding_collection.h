@@ -54,8 +54,8 @@ struct EmbeddingTableSpec {
   std::optional<fg::ZchSpec> zch;
   // dynamicemb: the features' raw ids reach rows through a DynamicRowIndex (rows: its capacity).
   std::optional<fg::DynamicEmbSpec> dynamicemb;
-  // `data_type: FP16`: weights stored as halves (RowFormat::kFloat16).
-  bool fp16 = false;
+  // `data_type`: FP16 / BF16 weights are stored in 2 bytes (RowFormat::kFloat16 / kBFloat16).
+  TableDataType data_type = TableDataType::kFP32;
 };
 
 // One forward of all lookups: per storage a [B, L*dim] output, and where each lookup sits.
@@ -85,7 +85,7 @@ class EmbeddingCollection {
   int AddTable(const std::string& name, int64_t rows, int dim, bool trainable,
                const std::string& feature, const std::string& where, bool sequence = false,
                const fg::ZchSpec* zch = nullptr, const fg::DynamicEmbSpec* dynamicemb = nullptr,
-               bool fp16 = false);
+               TableDataType data_type = TableDataType::kFP32);
   // Registers (or finds) the pooled lookup of `feature`'s ids in `table`.
   int AddLookup(const Feature* feature, int table);
   // Registers (or finds) the unpooled lookup of sequence feature `feature` in `table`: one

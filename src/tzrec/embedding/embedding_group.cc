@@ -116,7 +116,7 @@ EmbeddingGroup::EmbeddingGroup(
         const int table = collection->AddTable(table_name, feature->num_embeddings(), dim,
                                                feature->trainable(), feature->name(),
                                                where + " feature '" + feature_name + "'", /*sequence=*/false,
-                                               feature->zch(), feature->dynamicemb(), feature->fp16_table());
+                                               feature->zch(), feature->dynamicemb(), feature->table_data_type());
         member.lookup = collection->AddLookup(feature, table);
         member.dim = dim;
         member.table = table_name;
@@ -171,7 +171,7 @@ void EmbeddingGroup::AddSequenceGroup(EmbeddingCollection* collection,
       const int table = collection->AddTable(table_name, feature->num_embeddings(), feature->embedding_dim(),
                                              feature->trainable(), feature->name(),
                                              where + " feature '" + feature_name + "'", /*sequence=*/true,
-                                             feature->zch(), feature->dynamicemb(), feature->fp16_table());
+                                             feature->zch(), feature->dynamicemb(), feature->table_data_type());
       member.lookup = feature->is_sequence() ? collection->AddSequenceLookup(feature, table)
                                              : collection->AddLookup(feature, table);
       member.table = table_name;

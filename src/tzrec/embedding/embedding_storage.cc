@@ -4,6 +4,7 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <sys/mman.h>
 
@@ -90,16 +91,16 @@ std::vector<int64_t> EmbeddingTable::resident_ids() const {
 
 at::Tensor EmbeddingTable::weight() const {
   TZREC_CHECK(!storage_->int8_rows(), "table '", name_, "' is stored INT8: read stored()");
-  if (storage_->fp16_rows()) return stored().to(at::kFloat);
+  if (storage_->half_rows()) return stored().to(at::kFloat);
   return storage_->tensor().narrow(0, first_row_, resident_rows()).narrow(1, 0, storage_->dim());
 }
 
 at::Tensor EmbeddingTable::stored() const {
   at::Tensor rows = storage_->tensor().narrow(0, first_row_, resident_rows());
   if (storage_->int8_rows()) return rows;
-  if (storage_->fp16_rows()) {
-    // The packed halves of each row, reinterpreted in place.
-    return rows.narrow(1, 0, storage_->state_offset()).view(at::kHalf).narrow(1, 0, storage_->dim());
+  if (storage_->half_rows()) {
+    // The packed 2-byte weights of each row, reinterpreted in place.
+    return rows.narrow(1, 0, storage_->state_offset()).view(storage_->half_type()).narrow(1, 0, storage_->dim());
   }
   return rows.narrow(1, 0, storage_->dim());
 }
@@ -115,11 +116,10 @@ std::vector<std::pair<std::string, at::Tensor>> EmbeddingTable::optimizer_state(
 }
 
 EmbeddingStorage::EmbeddingStorage(int dim, const SparseOptimizer* optimizer, RowFormat format)
-    : dim_(dim), int8_rows_(format == RowFormat::kInt8), fp16_rows_(format == RowFormat::kFloat16),
-      optimizer_(optimizer) {
+    : dim_(dim), format_(format), int8_rows_(format == RowFormat::kInt8), optimizer_(optimizer) {
   TZREC_CHECK(dim > 0);
   TZREC_CHECK(!int8_rows_ || !optimizer, "INT8 embedding storages are for inference only");
-  state_offset_ = fp16_rows_ ? HalfWeightFloats(dim) : dim;
+  state_offset_ = half_rows() ? HalfWeightFloats(dim) : dim;
   row_width_ = state_offset_ + (optimizer ? optimizer->spec().StateWidth(dim) : 0);
 }
 
@@ -173,19 +173,19 @@ void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_ro
 }
 
 void EmbeddingStorage::InitializeWeights(const EmbeddingTable& table, int64_t row_begin, int column_begin) {
-  if (!fp16_rows_) {
+  if (!half_rows()) {
     InitializeRowRange(table.row_init_, row_begin, table.rows(), column_begin, dim_,
                        data() + table.first_row() * row_width_, row_width_);
     return;
   }
   // Drawn in fp32 a block at a time (a whole table's fp32 copy would double the memory that
-  // half rows save), then rounded to nearest even into the rows.
+  // 2-byte rows save), then rounded to nearest even into the rows.
   constexpr int64_t kBlock = 1 << 16;
   at::Tensor drawn = at::empty({std::min(kBlock, table.rows()), dim_}, at::kFloat);
   for (int64_t begin = 0; begin < table.rows(); begin += kBlock) {
     const int64_t n = std::min(kBlock, table.rows() - begin);
     InitializeRowRange(table.row_init_, row_begin + begin, n, column_begin, dim_, drawn.data_ptr<float>(), dim_);
-    at::Tensor halves = data_.narrow(0, table.first_row() + begin, n).narrow(1, 0, state_offset_).view(at::kHalf);
+    at::Tensor halves = data_.narrow(0, table.first_row() + begin, n).narrow(1, 0, state_offset_).view(half_type());
     halves.narrow(1, 0, dim_).copy_(drawn.narrow(0, 0, n));
     if (dim_ % 2 == 1) halves.narrow(1, dim_, 1).zero_();  // the padding half, so rows are fully defined
   }
@@ -216,10 +216,14 @@ void EmbeddingStorage::InitializeRowsAt(const EmbeddingTable& table, const std::
   int32_t* free_slots = slots_.defined() ? slots_.data_ptr<int32_t>() + table.first_row() : nullptr;
   for (int64_t i = 0; i < n; ++i) {
     float* row = base + slots[i] * row_width_;
-    if (fp16_rows_) {
+    if (format_ == RowFormat::kFloat16) {
       c10::Half* half = reinterpret_cast<c10::Half*>(row);
       for (int d = 0; d < dim_; ++d) half[d] = c10::Half(src[i * dim_ + d]);  // round to nearest even
       if (dim_ % 2 == 1) half[dim_] = c10::Half(0.0f);
+    } else if (format_ == RowFormat::kBFloat16) {
+      c10::BFloat16* bf16 = reinterpret_cast<c10::BFloat16*>(row);
+      for (int d = 0; d < dim_; ++d) bf16[d] = c10::BFloat16(src[i * dim_ + d]);  // round to nearest even
+      if (dim_ % 2 == 1) bf16[dim_] = c10::BFloat16(0.0f);
     } else {
       std::memcpy(row, src + i * dim_, sizeof(float) * dim_);
     }
@@ -368,7 +372,7 @@ void EmbeddingStorage::ClearHashedTable(EmbeddingTable* table) {
 at::Tensor EmbeddingStorage::StoredForm(const at::Tensor& weights) const {
   if (weights.scalar_type() != at::kFloat || weights.dim() != 2 || weights.size(1) != dim_) return weights;
   if (int8_rows_) return QuantizeTable(weights, TableDtype::kINT8);
-  if (fp16_rows_) return weights.to(at::kHalf);
+  if (half_rows()) return weights.to(half_type());
   return weights;
 }
 

@@ -6,10 +6,10 @@
 // are row ranges; EmbeddingTable is a named handle onto its range, whose weight and state
 // are strided views (for checkpoints and tests).
 //
-// Row formats: fp32 (the default); FP16 (`data_type: FP16` tables: the weights as IEEE halves
-// packed into the first HalfWeightFloats(dim) floats of the row, the optimizer state fp32
-// after them, so a row of dim 16 with row-wise Adagrad is 36 bytes instead of 68); INT8
-// row-wise (inference only, table_quantization.h).
+// Row formats: fp32 (the default); FP16 and BF16 (`data_type: FP16` / `BF16` tables: the
+// weights as IEEE halves or bfloat16s packed into the first HalfWeightFloats(dim) floats of
+// the row, the optimizer state fp32 after them, so a row of dim 16 with row-wise Adagrad is
+// 36 bytes instead of 68); INT8 row-wise (inference only, table_quantization.h).
 //
 // A hash-stored table (tables bigger than memory) keeps its declared row range but hands its
 // rows out in order of first touch through an id -> row map (HashRowIndex): lookups translate
@@ -67,12 +67,12 @@ class EmbeddingTable {
   int dim() const;
   bool trainable() const { return trainable_; }
   EmbeddingStorage* storage() const { return storage_; }
-  // [rows, dim] fp32 weights: a writable view for fp32 storages, a copy for FP16 ones (not for
-  // INT8 ones). Hash-stored tables: the resident rows, [resident_rows(), dim] in row order
+  // [rows, dim] fp32 weights: a writable view for fp32 storages, a copy for FP16 / BF16 ones
+  // (not for INT8 ones). Hash-stored tables: the resident rows, [resident_rows(), dim] in row order
   // (ids: resident_ids()).
   at::Tensor weight() const;
-  // The weights as stored (writable view): weight() for fp32 storages, half [rows, dim] for
-  // FP16 ones, uint8 [rows, dim + 4] for INT8 ones.
+  // The weights as stored (writable view): weight() for fp32 storages, half / bfloat16
+  // [rows, dim] for FP16 / BF16 ones, uint8 [rows, dim + 4] for INT8 ones.
   at::Tensor stored() const;
   // Named optimizer state views, e.g. {"sum": [rows, dim]} for adagrad.
   std::vector<std::pair<std::string, at::Tensor>> optimizer_state() const;
@@ -93,12 +93,12 @@ class EmbeddingTable {
   friend class EmbeddingStorage;
 };
 
-enum class RowFormat { kFloat32, kFloat16, kInt8 };
+enum class RowFormat { kFloat32, kFloat16, kBFloat16, kInt8 };
 
 class EmbeddingStorage {
  public:
-  // `optimizer` may be null (inference): rows then hold weights only. kFloat16: half weights,
-  // fp32 state (see above). kInt8 (inference only): rows are INT8 row-wise
+  // `optimizer` may be null (inference): rows then hold weights only. kFloat16 / kBFloat16:
+  // 2-byte weights, fp32 state (see above). kInt8 (inference only): rows are INT8 row-wise
   // (table_quantization.h: dim codes, fp16 scale, fp16 bias), a third of the fp32 bytes;
   // lookups dequantise on the fly.
   EmbeddingStorage(int dim, const SparseOptimizer* optimizer, RowFormat format = RowFormat::kFloat32);
@@ -147,16 +147,17 @@ class EmbeddingStorage {
   // Forgets every row of hash-stored `table` (a restore refills it through SlotsOf).
   void ClearHashedTable(EmbeddingTable* table);
   // Saved weights in the form stored() holds: fp32 [n, dim] weights are quantised for an
-  // INT8 storage and rounded to nearest for an FP16 one; anything else is returned as is.
+  // INT8 storage and rounded to nearest (even) for an FP16 / BF16 one; anything else is
+  // returned as is.
   at::Tensor StoredForm(const at::Tensor& weights) const;
   // Bytes the tables use now: all rows of dense tables, resident rows of hash-stored ones
   // (with optimizer state and the backward's 4-byte slot).
   int64_t resident_bytes() const;
 
   int dim() const { return dim_; }
-  // Floats per row (fp32 and FP16 storages).
+  // Floats per row (fp32, FP16 and BF16 storages).
   int row_width() const { return row_width_; }
-  // Float offset of the optimizer state in a row: dim, or HalfWeightFloats(dim) for FP16 rows.
+  // Float offset of the optimizer state in a row: dim, or HalfWeightFloats(dim) for 2-byte rows.
   int state_offset() const { return state_offset_; }
   int64_t total_rows() const { return total_rows_; }
   float* data() {
@@ -164,7 +165,10 @@ class EmbeddingStorage {
     return data_.data_ptr<float>();
   }
   bool int8_rows() const { return int8_rows_; }
-  bool fp16_rows() const { return fp16_rows_; }
+  RowFormat row_format() const { return format_; }
+  // FP16 or BF16 rows: 2-byte weights of half_type().
+  bool half_rows() const { return format_ == RowFormat::kFloat16 || format_ == RowFormat::kBFloat16; }
+  at::ScalarType half_type() const { return format_ == RowFormat::kBFloat16 ? at::kBFloat16 : at::kHalf; }
   const uint8_t* int8_data() const { return data_.data_ptr<uint8_t>(); }
   // Bytes per stored row.
   int64_t row_bytes() const { return int8_rows_ ? dim_ + 4 : int64_t{4} * row_width_; }
@@ -197,8 +201,8 @@ class EmbeddingStorage {
   int dim_;
   int row_width_;
   int state_offset_;
+  RowFormat format_;
   bool int8_rows_ = false;
-  bool fp16_rows_ = false;
   const SparseOptimizer* optimizer_;
   int64_t total_rows_ = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
@@ -210,7 +214,7 @@ class EmbeddingStorage {
   // [first_row + slots[i]] for logical rows `logical[i]`.
   void InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
                         const std::vector<int64_t>& logical, const RowInit* init = nullptr);
-  // Initial weights of dense `table` (fp32 or FP16 rows; FP16: rounded to nearest even, as
+  // Initial weights of dense `table` (fp32 or 2-byte rows: rounded to nearest even, as
   // TorchRec's initial values are), as logical rows row_begin.. and columns column_begin..
   void InitializeWeights(const EmbeddingTable& table, int64_t row_begin, int column_begin);
   // Fresh optimizer state in `n` rows from first_row.

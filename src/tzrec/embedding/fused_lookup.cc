@@ -36,6 +36,11 @@ void FusedForwardFp16(const float* data, int row_width, int dim, const std::vect
   ParallelPooledForward(ActiveCpuKernels().pooled_forward_fp16, data, row_width, dim, lookups, bags, out);
 }
 
+void FusedForwardBf16(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
+                      int64_t bags, float* out) {
+  ParallelPooledForward(ActiveCpuKernels().pooled_forward_bf16, data, row_width, dim, lookups, bags, out);
+}
+
 void FusedForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
                       const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
   ParallelPooledForward(ActiveCpuKernels().pooled_forward_int8, data, row_bytes, dim, lookups, bags, out);
@@ -99,7 +104,9 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
   }
   const RowUpdateParams params = MakeRowUpdateParams(storage->optimizer().spec(), iteration);
   const CpuKernels& kernels = ActiveCpuKernels();
-  const auto update = storage->fp16_rows() ? kernels.backward_update_partition_fp16 : kernels.backward_update_partition;
+  const auto update = storage->row_format() == RowFormat::kFloat16    ? kernels.backward_update_partition_fp16
+                      : storage->row_format() == RowFormat::kBFloat16 ? kernels.backward_update_partition_bf16
+                                                                      : kernels.backward_update_partition;
   at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
       update(
@@ -335,8 +342,10 @@ void StorageForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& lo
   const PooledLookupKernels& kernels = SelectedKernels();
   if (storage->int8_rows()) {
     kernels.forward_int8(storage->int8_data(), storage->row_bytes(), storage->dim(), lookups, bags, out);
-  } else if (storage->fp16_rows()) {
+  } else if (storage->row_format() == RowFormat::kFloat16) {
     kernels.forward_fp16(storage->data(), storage->row_width(), storage->dim(), lookups, bags, out);
+  } else if (storage->row_format() == RowFormat::kBFloat16) {
+    kernels.forward_bf16(storage->data(), storage->row_width(), storage->dim(), lookups, bags, out);
   } else {
     kernels.forward(storage->data(), storage->row_width(), storage->dim(), lookups, bags, out);
   }
@@ -369,7 +378,8 @@ void ApplyDeferredRowGradients(EmbeddingStorage* storage, float factor) {
 }
 
 const PooledLookupKernels& FusedKernels() {
-  static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate, FusedForwardInt8, FusedForwardFp16};
+  static const PooledLookupKernels kernels{FusedForward, FusedBackwardUpdate, FusedForwardInt8, FusedForwardFp16,
+                                           FusedForwardBf16};
   return kernels;
 }
 

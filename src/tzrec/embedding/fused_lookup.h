@@ -34,6 +34,9 @@ struct PooledLookupKernels {
   // forward over FP16 rows (CpuKernels::pooled_forward_fp16); backward_update handles them.
   void (*forward_fp16)(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
                        int64_t bags, float* out);
+  // forward over BF16 rows (CpuKernels::pooled_forward_bf16).
+  void (*forward_bf16)(const float* data, int row_width, int dim, const std::vector<LookupArgs>& lookups,
+                       int64_t bags, float* out);
 };
 
 const PooledLookupKernels& FusedKernels();
@@ -41,7 +44,7 @@ const PooledLookupKernels& ReferenceKernels();
 // Reference when TZREC_EMBEDDING_REFERENCE=1, else fused.
 const PooledLookupKernels& SelectedKernels();
 
-// Forward of `lookups` over `storage` in its row format (fp32, FP16 or INT8) with the selected
+// Forward of `lookups` over `storage` in its row format (fp32, FP16, BF16 or INT8) with the selected
 // kernels: out [bags, L*dim].
 void StorageForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups, int64_t bags, float* out);
 

@@ -1,6 +1,7 @@
 // Reference twin of the fused embedding kernels: plain loops written for obviousness, not
 // speed. Used by the kernel tests and, with TZREC_EMBEDDING_REFERENCE=1, by whole training
 // runs to compare against the fused path.
+#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <cmath>
@@ -63,6 +64,16 @@ void ReferenceForwardFp16(const float* data, int row_width, int dim,
   });
 }
 
+// BF16 rows: the bfloat16s at the start of each row.
+void ReferenceForwardBf16(const float* data, int row_width, int dim,
+                          const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
+  ReferencePool(dim, lookups, bags, out, [&](int64_t row, int d) {
+    c10::BFloat16 value;
+    std::memcpy(&value.x, reinterpret_cast<const uint16_t*>(data + row * row_width) + d, 2);
+    return static_cast<float>(value);
+  });
+}
+
 // Stochastic rounding to a half from its definition: find the halves around |x| through
 // c10::Half, and round away from zero with the probability of |x|'s position between them
 // (in 1/8192ths, compared in double where it is exact), the random bits as the fused kernels
@@ -83,6 +94,28 @@ uint16_t ReferenceStochasticHalf(float x, uint32_t seed, int d) {
   const double position = (static_cast<double>(magnitude) - low_value) / (high_value - low_value);
   const uint32_t random13 = StochasticRoundingRandom(below, seed, static_cast<uint32_t>(d)) >> 19;
   const bool up = position * 8192.0 + random13 >= 8192.0;
+  return static_cast<uint16_t>(sign | (below + (up ? 1 : 0)));
+}
+
+// Stochastic rounding to a bfloat16 from its definition, as ReferenceStochasticHalf: the
+// neighbours of |x| through c10::BFloat16, up with the probability of |x|'s position between
+// them (in 1/65536ths), the largest finite bfloat16's upper neighbour being 2^128 (infinity).
+uint16_t ReferenceStochasticBf16(float x, uint32_t seed, int d) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (std::isnan(x)) return sign | 0x7fc0;
+  const float magnitude = std::fabs(x);
+  if (std::isinf(magnitude)) return sign | 0x7f80;
+  const c10::BFloat16 nearest(magnitude);  // round to nearest even
+  uint16_t below = nearest.x;
+  if (static_cast<float>(nearest) > magnitude) --below;
+  c10::BFloat16 low, high;
+  low.x = below;
+  high.x = static_cast<uint16_t>(below + 1);
+  const double low_value = static_cast<float>(low);
+  const double high_value = below + 1 == 0x7f80 ? std::ldexp(1.0, 128) : static_cast<double>(static_cast<float>(high));
+  const double position = (static_cast<double>(magnitude) - low_value) / (high_value - low_value);
+  const uint32_t random16 = StochasticRoundingRandom(below, seed, static_cast<uint32_t>(d)) >> 16;
+  const bool up = position * 65536.0 + random16 >= 65536.0;
   return static_cast<uint16_t>(sign | (below + (up ? 1 : 0)));
 }
 
@@ -124,19 +157,26 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
   const SparseOptimizerSpec& spec = storage->optimizer().spec();
   using Kind = SparseOptimizerSpec::Kind;
   using Mode = SparseOptimizerSpec::WeightDecayMode;
-  const bool fp16 = storage->fp16_rows();
+  const bool half_rows = storage->half_rows();
+  const bool bf16 = storage->row_format() == RowFormat::kBFloat16;
   for (auto& [row, g] : row_grads) {
     float* stored_row = storage->data() + row * storage->row_width();
     float* state = stored_row + storage->state_offset();
-    // FP16 rows: the optimizer runs on the widened weights, which are rounded back below.
-    std::vector<float> wide(fp16 ? dim : 0);
+    // FP16 / BF16 rows: the optimizer runs on the widened weights, which are rounded back below.
+    std::vector<float> wide(half_rows ? dim : 0);
     uint16_t* half = reinterpret_cast<uint16_t*>(stored_row);
     for (int d = 0; d < static_cast<int>(wide.size()); ++d) {
-      c10::Half h;
-      h.x = half[d];
-      wide[d] = static_cast<float>(h);
+      if (bf16) {
+        c10::BFloat16 b;
+        b.x = half[d];
+        wide[d] = static_cast<float>(b);
+      } else {
+        c10::Half h;
+        h.x = half[d];
+        wide[d] = static_cast<float>(h);
+      }
     }
-    float* w = fp16 ? wide.data() : stored_row;
+    float* w = half_rows ? wide.data() : stored_row;
     if (spec.gradient_clipping) {
       // Comparisons, not fmin/fmax: NaN stays NaN (as torch.clamp), never clipped into range.
       for (float& x : g) x = x > spec.max_gradient ? spec.max_gradient : (x < -spec.max_gradient ? -spec.max_gradient : x);
@@ -224,7 +264,8 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
       }
     }
     for (int d = 0; d < static_cast<int>(wide.size()); ++d) {
-      half[d] = ReferenceStochasticHalf(wide[d], RoundingSeedOfStep(iteration), d);
+      half[d] = bf16 ? ReferenceStochasticBf16(wide[d], RoundingSeedOfStep(iteration), d)
+                     : ReferenceStochasticHalf(wide[d], RoundingSeedOfStep(iteration), d);
     }
   }
 }
@@ -233,7 +274,7 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
 
 const PooledLookupKernels& ReferenceKernels() {
   static const PooledLookupKernels kernels{ReferenceForward, ReferenceBackwardUpdate,
-                                           ReferenceForwardInt8, ReferenceForwardFp16};
+                                           ReferenceForwardInt8, ReferenceForwardFp16, ReferenceForwardBf16};
   return kernels;
 }
 

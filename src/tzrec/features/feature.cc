@@ -30,13 +30,17 @@ Feature::Feature(const fg::FeatureInfo& info, FeatureContext context)
   weighted_ = info.weighted;
   const FieldDescriptor* trainable = FieldOf(msg, "trainable");
   trainable_ = !trainable || msg.GetReflection()->GetBool(msg, trainable);
-  // TorchEasyRec knows FP32 (its default) and FP16 tables; it has no effect without a table.
+  // TorchEasyRec knows FP32 (its default) and FP16 tables; BF16 is ours (fp32's range in the
+  // same two bytes). It has no effect without a table.
   if (FieldOf(msg, "data_type")) {
     const std::string data_type = StringField(msg, "data_type");
-    if (data_type != "FP32" && data_type != "FP16") {
-      Fail(config_path(), ".data_type: '", data_type, "' is not one of FP32, FP16");
+    if (data_type == "FP16") {
+      table_data_type_ = TableDataType::kFP16;
+    } else if (data_type == "BF16") {
+      table_data_type_ = TableDataType::kBF16;
+    } else if (data_type != "FP32") {
+      Fail(config_path(), ".data_type: '", data_type, "' is not one of FP32, FP16, BF16");
     }
-    fp16_table_ = data_type == "FP16";
   }
   const std::string fg_encoded_default = StringField(msg, "fg_encoded_default_value");
   if (is_sparse_) {

@@ -27,6 +27,13 @@ constexpr int kMaxEmbeddingDim = 1 << 16;
 // The data group of features that read a negative sampler's attributes.
 inline constexpr char kNegDataGroup[] = "__NEG__";
 
+// How an embedding table stores its weights (config `data_type`): fp32, IEEE half or
+// bfloat16; the optimizer state is fp32 in all three.
+enum class TableDataType { kFP32, kFP16, kBF16 };
+inline const char* TableDataTypeName(TableDataType type) {
+  return type == TableDataType::kFP16 ? "FP16" : type == TableDataType::kBF16 ? "BF16" : "FP32";
+}
+
 struct FeatureContext {
   protos::FgMode fg_mode = protos::FG_NONE;
   std::string multival_sep = "\x03";  // data_config.fg_encoded_multival_sep
@@ -77,8 +84,8 @@ class Feature {
   const std::string& pooling() const { return pooling_; }
   // false: the embedding table is frozen (config `trainable: false`).
   bool trainable() const { return trainable_; }
-  // Config `data_type: "FP16"`: the embedding table stores its weights in half precision.
-  bool fp16_table() const { return fp16_table_; }
+  // Config `data_type`: how the embedding table stores its weights.
+  TableDataType table_data_type() const { return table_data_type_; }
   // Dense features: floats per row.
   int value_dim() const { return value_dim_; }
   // Dense features with an autodis / mlp embedding (embedding_dim wide in a group).
@@ -119,7 +126,7 @@ class Feature {
   std::string embedding_name_;
   std::string pooling_ = "sum";
   bool trainable_ = true;
-  bool fp16_table_ = false;
+  TableDataType table_data_type_ = TableDataType::kFP32;
   int value_dim_ = 1;
   DenseEmbeddingSpec dense_embedding_;
   bool has_default_ = false;

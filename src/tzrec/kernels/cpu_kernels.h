@@ -55,7 +55,7 @@ struct RowUpdateParams {
   bool gradient_clipping = false;
   float max_gradient = 0;
   float bias_correction1 = 1, bias_correction2 = 1;  // Adam: 1 - beta^t
-  // FP16 rows: the step's seed of the stochastic rounding (StochasticRoundingRandom).
+  // FP16 / BF16 rows: the step's seed of the stochastic rounding (StochasticRoundingRandom).
   uint32_t rounding_seed = 0;
 };
 
@@ -124,6 +124,16 @@ struct CpuKernels {
                                             const RowUpdateParams& params, int64_t part,
                                             int64_t parts, int64_t* unique_rows,
                                             float* grad_sums, PartitionEntry* entries);
+  // The same over BF16 rows (`data_type: BF16` tables): the same row layout with bfloat16
+  // weights (fp32's exponent range, 8 bits of mantissa), rounded stochastically as well.
+  void (*pooled_forward_bf16)(const float* data, int row_width, int dim, const LookupArgs* lookups,
+                              int num_lookups, int64_t begin, int64_t end, float* out);
+  int64_t (*backward_update_partition_bf16)(float* data, int row_width, int dim, int32_t* slots,
+                                            const LookupArgs* lookups, int num_lookups,
+                                            int64_t bags, const float* grad,
+                                            const RowUpdateParams& params, int64_t part,
+                                            int64_t parts, int64_t* unique_rows,
+                                            float* grad_sums, PartitionEntry* entries);
 
   // out = bfloat16(in), rounded to nearest even (NaN stays NaN): BF16 GEMM inputs.
   void (*float_to_bf16)(const float* in, uint16_t* out, int64_t n);
@@ -150,13 +160,21 @@ inline float HalfBitsToFloat(uint16_t h) {
   return value;
 }
 
-// Floats at the start of an FP16 row that hold its `dim` half weights (the optimizer state
-// follows them, 4-byte aligned).
+// bfloat16 bits -> float, exactly.
+inline float Bf16BitsToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float value;
+  __builtin_memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+// Floats at the start of an FP16 or BF16 row that hold its `dim` 2-byte weights (the
+// optimizer state follows them, 4-byte aligned).
 inline int HalfWeightFloats(int dim) { return (dim + 1) / 2; }
 
 // Random bits for stochastically rounding element `d` of a row to half precision (the top 13
-// are used), from the value rounded towards zero (its half bits), the step's seed and d: a
-// pure function of what every replica of a row holds, so data-parallel replicas (whose
+// are used) or to bfloat16 (the top 16), from the value rounded towards zero (its 16 bits),
+// the step's seed and d: a pure function of what every replica of a row holds, so data-parallel replicas (whose
 // storage rows may differ) and any thread count round identically. One multiply (an odd
 // constant permutes 32-bit values): the seed, a strong hash of the step, makes its input
 // uniform from step to step, and its top bits carry all of the input's; the rounding loops
