@@ -10,6 +10,7 @@
 #include <mutex>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -75,7 +76,22 @@ void InitRuntime() {
     }
     LOG_INFO << "runtime: " << BlasCoreSummary() << "; tzrec kernels "
              << ActiveCpuKernels().isa << "; " << threads << " intra-op threads";
+    const int used = ParallelForThreadsUsed(threads);
+    if (used < threads) {
+      LOG_WARNING << "tzrec's parallel loops run on " << used << " of " << threads
+                  << " intra-op threads (built without OpenMP?)";
+    }
   });
+}
+
+int ParallelForThreadsUsed(int64_t items) {
+  std::mutex mutex;
+  std::set<int> threads;
+  at::parallel_for(0, items, 1, [&](int64_t, int64_t) {
+    std::lock_guard<std::mutex> lock(mutex);
+    threads.insert(at::get_thread_num());
+  });
+  return static_cast<int>(threads.size());
 }
 
 uint64_t DataSeed() {
