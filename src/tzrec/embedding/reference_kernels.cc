@@ -74,49 +74,40 @@ void ReferenceForwardBf16(const float* data, int row_width, int dim,
   });
 }
 
-// Stochastic rounding to a half from its definition: find the halves around |x| through
-// c10::Half, and round away from zero with the probability of |x|'s position between them
-// (in 1/8192ths, compared in double where it is exact), the random bits as the fused kernels
-// draw them.
-uint16_t ReferenceStochasticHalf(float x, uint32_t seed, int d) {
+// Stochastic rounding to a 2-byte float (T: c10::Half or c10::BFloat16) from its definition:
+// find the neighbours of |x| through T's round-to-nearest-even, and round away from zero with
+// the probability of |x|'s position between them (in 1/2^random_bits, compared in double where
+// it is exact), the random bits as the fused kernels draw them. `beyond_largest` stands for
+// infinity, the upper neighbour of T's largest finite value (2^16 for halves, 2^128 for
+// bfloat16); from there up the result is infinite.
+template <typename T>
+uint16_t ReferenceStochastic(float x, uint32_t seed, int d, uint16_t infinity, uint16_t quiet_nan,
+                             double beyond_largest, int random_bits) {
   const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  if (std::isnan(x)) return sign | 0x7e00;
+  if (std::isnan(x)) return sign | quiet_nan;
   const float magnitude = std::fabs(x);
-  if (magnitude >= 65536.0f) return sign | 0x7c00;
-  const c10::Half nearest(magnitude);  // round to nearest even
+  if (magnitude >= beyond_largest) return sign | infinity;
+  const T nearest(magnitude);
   uint16_t below = nearest.x;
   if (static_cast<float>(nearest) > magnitude) --below;
-  c10::Half low, high;
+  T low, high;
   low.x = below;
   high.x = static_cast<uint16_t>(below + 1);
   const double low_value = static_cast<float>(low);
-  const double high_value = below + 1 == 0x7c00 ? 65536.0 : static_cast<double>(static_cast<float>(high));
+  const double high_value = below + 1 == infinity ? beyond_largest : static_cast<double>(static_cast<float>(high));
   const double position = (static_cast<double>(magnitude) - low_value) / (high_value - low_value);
-  const uint32_t random13 = StochasticRoundingRandom(below, seed, static_cast<uint32_t>(d)) >> 19;
-  const bool up = position * 8192.0 + random13 >= 8192.0;
+  const uint32_t random = StochasticRoundingRandom(below, seed, static_cast<uint32_t>(d)) >> (32 - random_bits);
+  const double steps = std::ldexp(1.0, random_bits);
+  const bool up = position * steps + random >= steps;
   return static_cast<uint16_t>(sign | (below + (up ? 1 : 0)));
 }
 
-// Stochastic rounding to a bfloat16 from its definition, as ReferenceStochasticHalf: the
-// neighbours of |x| through c10::BFloat16, up with the probability of |x|'s position between
-// them (in 1/65536ths), the largest finite bfloat16's upper neighbour being 2^128 (infinity).
+// Halves take 13 random bits, bfloat16s 16 (the fused kernels' choice).
+uint16_t ReferenceStochasticHalf(float x, uint32_t seed, int d) {
+  return ReferenceStochastic<c10::Half>(x, seed, d, 0x7c00, 0x7e00, 65536.0, 13);
+}
 uint16_t ReferenceStochasticBf16(float x, uint32_t seed, int d) {
-  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  if (std::isnan(x)) return sign | 0x7fc0;
-  const float magnitude = std::fabs(x);
-  if (std::isinf(magnitude)) return sign | 0x7f80;
-  const c10::BFloat16 nearest(magnitude);  // round to nearest even
-  uint16_t below = nearest.x;
-  if (static_cast<float>(nearest) > magnitude) --below;
-  c10::BFloat16 low, high;
-  low.x = below;
-  high.x = static_cast<uint16_t>(below + 1);
-  const double low_value = static_cast<float>(low);
-  const double high_value = below + 1 == 0x7f80 ? std::ldexp(1.0, 128) : static_cast<double>(static_cast<float>(high));
-  const double position = (static_cast<double>(magnitude) - low_value) / (high_value - low_value);
-  const uint32_t random16 = StochasticRoundingRandom(below, seed, static_cast<uint32_t>(d)) >> 16;
-  const bool up = position * 65536.0 + random16 >= 65536.0;
-  return static_cast<uint16_t>(sign | (below + (up ? 1 : 0)));
+  return ReferenceStochastic<c10::BFloat16>(x, seed, d, 0x7f80, 0x7fc0, std::ldexp(1.0, 128), 16);
 }
 
 float Norm(const float* x, int n) {
