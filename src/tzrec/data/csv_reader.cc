@@ -108,9 +108,10 @@ bool CsvFileReader::ReadRecord() {
     break;
   }
   record_line_ = line_;
+  field_ends_.clear();
+  if (SplitPlainRecord()) return true;
   record_offset_ = buffer_offset_ + static_cast<int64_t>(buffer_pos_);
   record_.clear();
-  field_ends_.clear();
   // Field ends are 32-bit: a record over 4 GiB is refused by the size cap long before.
   auto end_field = [&]() { field_ends_.push_back(static_cast<uint32_t>(record_.size())); };
   bool quoted = false;
@@ -130,6 +131,8 @@ bool CsvFileReader::ReadRecord() {
       end_field();
       CheckRecordSize();
       record_offset_ = -1;
+      record_text_ = record_;
+      separator_width_ = 0;
       return true;
     }
     if (quoted) {
@@ -161,12 +164,38 @@ bool CsvFileReader::ReadRecord() {
       end_field();
       CheckRecordSize();
       record_offset_ = -1;
+      record_text_ = record_;
+      separator_width_ = 0;
       return true;
     }
     if (c == '\r' && Peek() == '\n') continue;
     record_.push_back(static_cast<char>(c));
     field_start = false;
   }
+}
+
+bool CsvFileReader::SplitPlainRecord() {
+  const char* begin = buffer_.data() + buffer_pos_;
+  const char* end = buffer_.data() + buffer_len_;
+  const char delim = options_.delimiter;
+  for (const char* p = begin; p < end; ++p) {
+    const unsigned char c = static_cast<unsigned char>(*p);
+    if (!(stop_[c] & kStopUnquoted)) continue;
+    if (c == static_cast<unsigned char>(delim)) {
+      field_ends_.push_back(static_cast<uint32_t>(p - begin));
+      continue;
+    }
+    // A quote or CR, or a record over the size cap: the full loop decides (and reports).
+    if (c != '\n' || p - begin + 1 > options_.max_record_bytes) break;
+    field_ends_.push_back(static_cast<uint32_t>(p - begin));
+    record_text_ = std::string_view(begin, static_cast<size_t>(p - begin));
+    separator_width_ = 1;
+    buffer_pos_ += static_cast<size_t>(p - begin) + 1;
+    ++line_;
+    return true;
+  }
+  field_ends_.clear();
+  return false;
 }
 
 int64_t CsvFileReader::SkipRecords(int64_t count) {

@@ -56,10 +56,13 @@ class CsvFileReader {
   const std::vector<std::string>& column_names() const { return names_; }
 
  private:
-  bool ReadRecord();  // fills record_, field_ends_, record_line_; false at EOF
+  bool ReadRecord();  // fills record_text_, field_ends_, record_line_; false at EOF
+  // The common record - within the buffer, no quote, no CR - split where it lies (fields are
+  // views into the buffer, valid until the next read); false leaves it to ReadRecord's loop.
+  bool SplitPlainRecord();
   std::string_view Field(size_t i) const {
-    const uint32_t begin = i == 0 ? 0 : field_ends_[i - 1];
-    return std::string_view(record_).substr(begin, field_ends_[i] - begin);
+    const uint32_t begin = i == 0 ? 0 : field_ends_[i - 1] + separator_width_;
+    return record_text_.substr(begin, field_ends_[i] - begin);
   }
   // Per-character access is the hot loop: inline, with the refill out of line.
   int Peek() {
@@ -97,6 +100,8 @@ class CsvFileReader {
   // The record being read: its fields' text back to back, and where each ends (one string for
   // the record instead of one per field: fields are a few bytes and many).
   std::string record_;
+  std::string_view record_text_;  // record_, or the record's bytes in the buffer
+  uint32_t separator_width_ = 0;  // bytes between fields in record_text_: 0 in record_, 1 in place
   std::vector<uint32_t> field_ends_;
   int64_t record_line_ = 0;
   std::vector<std::string> names_;
