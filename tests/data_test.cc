@@ -1,10 +1,12 @@
 // CSV reading, FG_NONE feature parsing and the batching dataset, including bad input.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <set>
 
 #include "test_util.h"
 #include "tzrec/common/flags.h"
+#include "tzrec/common/strings.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/data/csv_reader.h"
 #include "tzrec/batch/batch.h"
@@ -140,6 +142,82 @@ TEST(Features, ParseEncodedValuesDefaultsAndNulls) {
   EXPECT_EQ(parsed.dense["price"].values, (std::vector<float>{1.5f, 2.0f}));
   EXPECT_EQ(parsed.dense["vec"].values, (std::vector<float>{0.1f, 0.2f, 0.5f, 1.5f}));
   EXPECT_EQ(parsed.sparse["bucket"].values, (std::vector<int64_t>{0, 3}));
+}
+
+// Cells of one plain decimal id are read by a digit loop; every other cell by splitting on the
+// separator and parsing each piece. Both must give what that split-and-parse gives, also when
+// the separator is itself a digit (then no cell may be taken for one id).
+TEST(Features, IdCellsReadAsSplittingAndParsingEachPieceReadsThem) {
+  for (const std::string separator : {std::string("\x03"), std::string("1"), std::string("|")}) {
+    auto config = ParsePipelineConfigText(
+        "data_config { fg_encoded_multival_sep: \"" + std::string(separator == "\x03" ? "\\003" : separator) +
+            "\" }\n feature_configs { id_feature { feature_name: \"ids\" num_buckets: 1000000000 "
+            "embedding_dim: 4 } }",
+        "ids");
+    auto features = CreateFeatures(config.feature_configs(), config.data_config());
+    std::mt19937 rng(static_cast<unsigned>(separator[0]));
+    auto below = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+    std::string csv = "ids\n";
+    std::vector<int64_t> expected_ids;
+    std::vector<int32_t> expected_lengths;
+    for (int row = 0; row < 3000; ++row) {
+      const int pieces = below(4) == 0 ? 1 + below(3) : 1;
+      std::string cell;
+      int32_t length = 0;
+      for (int p = 0; p < pieces; ++p) {
+        if (p > 0) cell += separator;
+        std::string digits = std::string(static_cast<size_t>(below(3) == 0 ? below(12) : 0), '0');
+        const int value_digits = 1 + below(9);
+        for (int d = 0; d < value_digits; ++d) {
+          char c = static_cast<char>('0' + below(10));
+          if (separator == "1" && c == '1') c = '2';
+          digits += c;
+        }
+        const int dress = below(10);
+        if (dress == 0) digits = "+" + digits;
+        if (dress == 1) digits = " " + digits + " ";
+        cell += digits;
+      }
+      for (std::string_view piece : SplitView(cell, separator)) {
+        if (piece.empty()) continue;
+        int64_t id;
+        ASSERT_TRUE(ParseInt64(piece, &id)) << "cell '" << cell << "' piece '" << piece << "'";
+        expected_ids.push_back(id);
+        ++length;
+      }
+      expected_lengths.push_back(length);
+      csv += cell + "\n";
+    }
+    TempDir dir;
+    WriteFile(dir.File("ids.csv"), csv);
+    CsvOptions options;
+    options.with_header = true;
+    CsvFileReader reader(dir.File("ids.csv"), options);
+    RecordBatch records;
+    ASSERT_TRUE(reader.Next(100000, &records));
+    ParsedBatch parsed;
+    features[0]->ParseEncoded(records, &parsed);
+    EXPECT_EQ(parsed.sparse["ids"].values, expected_ids) << "separator '" << separator << "'";
+    EXPECT_EQ(parsed.sparse["ids"].lengths, expected_lengths) << "separator '" << separator << "'";
+  }
+  // Out of range and too many digits fail as before, naming the row.
+  auto config = ParsePipelineConfigText(
+      "feature_configs { id_feature { feature_name: \"ids\" num_buckets: 100 embedding_dim: 4 } }", "ids");
+  auto features = CreateFeatures(config.feature_configs(), config.data_config());
+  TempDir dir;
+  CsvOptions options;
+  options.with_header = true;
+  for (const auto& [cell, message] : std::vector<std::pair<std::string, std::string>>{
+           {"100", "t.csv:3: column 'ids' (feature_configs[0].id_feature): id 100 out of range [0, 100)"},
+           {"000000000000000100", "id 100 out of range [0, 100)"},
+           {"99999999999999999999", "'99999999999999999999' is not an integer id"}}) {
+    WriteFile(dir.File("t.csv"), "ids\n7\n" + cell + "\n");
+    CsvFileReader reader(dir.File("t.csv"), options);
+    RecordBatch records;
+    ASSERT_TRUE(reader.Next(10, &records));
+    ParsedBatch parsed;
+    EXPECT_TZREC_ERROR(features[0]->ParseEncoded(records, &parsed), message);
+  }
 }
 
 TEST(Features, BadValuesNameFileRowAndColumn) {

@@ -87,6 +87,10 @@ class CsvFileReader {
   bool Refill();
   void CheckRecordSize() const;
 
+  // Bytes read per refill, and the slack after them: a cell of up to kCopySlack bytes is
+  // copied as one fixed-size move, which may read past the cell (into the slack at worst).
+  static constexpr size_t kBufferBytes = size_t{1} << 20, kCopySlack = 16;
+
   std::string path_;
   CsvOptions options_;
   FILE* file_ = nullptr;

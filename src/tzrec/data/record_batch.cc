@@ -20,12 +20,6 @@ std::string Column::TextAt(size_t row) const {
   return "";
 }
 
-void Column::AppendString(std::string_view text, bool is_valid) {
-  chars.append(text.data(), text.size());
-  offsets.push_back(static_cast<uint32_t>(chars.size()));
-  valid.push_back(is_valid ? 1 : 0);
-}
-
 const Column* RecordBatch::Find(const std::string& name) const {
   for (const auto& column : columns) {
     if (column.name == name) return &column;

@@ -36,7 +36,12 @@ struct Column {
   }
   // The row's value as text whatever the type (for error messages and string parsing).
   std::string TextAt(size_t row) const;
-  void AppendString(std::string_view text, bool is_valid);
+  // Inline: readers call it once per cell.
+  void AppendString(std::string_view text, bool is_valid) {
+    chars.append(text.data(), text.size());
+    offsets.push_back(static_cast<uint32_t>(chars.size()));
+    valid.push_back(is_valid ? 1 : 0);
+  }
 };
 
 struct RecordBatch {

@@ -1,5 +1,6 @@
 #include "tzrec/features/feature.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -165,6 +166,24 @@ void Feature::ParseEncoded(const RecordBatch& batch, ParsedBatch* out) const {
 
 int32_t Feature::AppendIds(const RecordBatch& batch, size_t row, std::string_view text,
                            std::string_view separator, SparseValues* out) const {
+  // Most cells hold one plain decimal id: read it digit by digit here. Anything else (a
+  // separator, sign, space, weight or 19+ digits) takes the general path, which reads such a
+  // cell to the same id; a separator made of digits would split it, so it disables this.
+  if (!weighted_ && !text.empty() && text.size() <= 18 &&
+      std::none_of(separator.begin(), separator.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    int64_t id = 0;
+    size_t i = 0;
+    for (; i < text.size(); ++i) {
+      const unsigned digit = static_cast<unsigned char>(text[i]) - static_cast<unsigned>('0');
+      if (digit > 9) break;
+      id = id * 10 + static_cast<int64_t>(digit);
+    }
+    if (i == text.size()) {
+      if (id >= id_limit_) FailRow(batch, row, StrCat("id ", id, " out of range [0, ", id_limit_, ")"));
+      out->values.push_back(id);
+      return 1;
+    }
+  }
   int32_t count = 0;
   ForEachPiece(text, separator, [&](std::string_view piece) {
     if (piece.empty()) return;
