@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "tzrec/modules/fast_linear.h"
@@ -47,7 +48,7 @@ TEST(FastLinear, MatchesAtenLinearForwardAndBackward) {
   torch::manual_seed(5);
   for (bool relu : {false, true}) {
     for (bool with_bias : {false, true}) {
-      for (int64_t batch : {1, 7, 130}) {
+      for (int64_t batch : {1, 7, 130, 600}) {  // 600: chunks of 256 rows, the last one short
         SCOPED_TRACE(::testing::Message() << "relu " << relu << " bias " << with_bias << " B " << batch);
         at::Tensor x = torch::randn({batch, 37}).requires_grad_(true);
         at::Tensor w = torch::randn({19, 37}).requires_grad_(true);
@@ -63,8 +64,11 @@ TEST(FastLinear, MatchesAtenLinearForwardAndBackward) {
         (y2 * upstream).sum().backward();
         EXPECT_TRUE(torch::allclose(y, y2, 1e-4, 1e-5));
         EXPECT_TRUE(torch::allclose(x.grad(), x2.grad(), 1e-4, 1e-5));
-        EXPECT_TRUE(torch::allclose(w.grad(), w2.grad(), 1e-4, 1e-5));
-        if (with_bias) EXPECT_TRUE(torch::allclose(b.grad(), b2.grad(), 1e-4, 1e-5));
+        // W's and b's gradients sum over the batch in different orders: float rounding grows
+        // with the batch (a sum near 0 of 600 unit-sized products is off by ~1e-5 absolute).
+        const double sum_atol = 1e-5 * std::max<double>(1.0, static_cast<double>(batch) / 50.0);
+        EXPECT_TRUE(torch::allclose(w.grad(), w2.grad(), 1e-4, sum_atol));
+        if (with_bias) EXPECT_TRUE(torch::allclose(b.grad(), b2.grad(), 1e-4, sum_atol));
       }
     }
   }

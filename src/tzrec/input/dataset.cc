@@ -458,6 +458,10 @@ void ParsedBatchStream::RunWorker(int worker, RowSource* source) {
       }
       ParsedBatch parsed = dataset_->ParseRecords(records);
       parsed.positions = std::move(positions);
+      if (pending.size == 0 && parsed.size == batch_size) {
+        emit(std::move(parsed));  // a whole batch as read: no copy through `pending`
+        continue;
+      }
       pending.Append(parsed);
       if (pending.size >= batch_size) {
         int64_t full = pending.size / batch_size * batch_size;

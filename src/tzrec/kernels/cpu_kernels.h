@@ -100,8 +100,12 @@ struct CpuKernels {
 
   // y[r, :] = relu?(y[r, :] + bias) for `rows` rows of `cols` (bias may be null).
   void (*add_bias_relu)(float* y, const float* bias, int64_t rows, int64_t cols, bool relu);
-  // out = y <= 0 ? 0 : grad (a NaN y passes the gradient, as ATen's threshold_backward).
-  void (*relu_mask)(const float* y, const float* grad, float* out, int64_t n);
+  // An fp32 layer's backward in one pass over `rows` x `cols` of its output gradient: the
+  // ReLU-masked gradient out = y <= 0 ? 0 : grad (a NaN y passes the gradient, as ATen's
+  // threshold_backward; y null: no mask and out is not written), added per column into
+  // column_sums (its bias gradient; null: no sums).
+  void (*relu_mask)(const float* y, const float* grad, float* out, int64_t rows, int64_t cols,
+                    float* column_sums);
 
   // pooled_forward over INT8 row-wise rows (inference tables, embedding/table_quantization.h):
   // row r is `row_bytes` bytes at data + r * row_bytes: `dim` uint8 codes, then an fp16 scale

@@ -143,37 +143,43 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
     const int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
     at::Tensor dz = grads[0].contiguous();
     const CpuKernels& kernels = ActiveCpuKernels();
-    at::Tensor dz_bf16, bias_grad;
-    if (bf16) {
-      // One pass: the masked gradient rounded for the GEMMs, and its column sums (the bias
-      // gradient) from per-chunk partial sums, added in chunk order.
-      dz_bf16 = at::empty(dz.sizes(), dz.options().dtype(at::kBFloat16));
-      const float* g = dz.data_ptr<float>();
-      const float* yp = relu ? y.data_ptr<float>() : nullptr;
-      auto* mb = reinterpret_cast<uint16_t*>(dz_bf16.data_ptr<at::BFloat16>());
+    const bool bias_grad_needed = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
+    // One pass over the output gradient: the ReLU mask (into a fresh buffer: grads may be
+    // shared), BF16's rounded copy for its GEMMs, and the bias gradient as per-chunk column
+    // sums added in chunk order (so it is the same for any thread count).
+    at::Tensor dz_bf16, masked, bias_grad;
+    if (bf16 || relu || bias_grad_needed) {
       constexpr int64_t kChunkRows = 256;
       const int64_t chunks = std::max<int64_t>(1, (batch + kChunkRows - 1) / kChunkRows);
-      at::Tensor partial = at::zeros({chunks, out}, dz.options());
-      float* pp = partial.data_ptr<float>();
+      // relu_mask_bf16 always adds into sums.
+      at::Tensor partial = bias_grad_needed || bf16 ? at::zeros({chunks, out}, dz.options()) : at::Tensor();
+      float* pp = partial.defined() ? partial.data_ptr<float>() : nullptr;
+      const float* g = dz.data_ptr<float>();
+      const float* yp = relu ? y.data_ptr<float>() : nullptr;
+      uint16_t* mb = nullptr;
+      float* mp = nullptr;
+      if (bf16) {
+        dz_bf16 = at::empty(dz.sizes(), dz.options().dtype(at::kBFloat16));
+        mb = reinterpret_cast<uint16_t*>(dz_bf16.data_ptr<at::BFloat16>());
+      } else if (relu) {
+        masked = at::empty_like(dz);
+        mp = masked.data_ptr<float>();
+      }
       at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
           const int64_t row = c * kChunkRows, rows = std::min(kChunkRows, batch - row);
           if (rows <= 0) continue;
-          kernels.relu_mask_bf16(yp ? yp + row * out : nullptr, g + row * out, mb + row * out,
-                                 rows, out, pp + c * out);
+          const int64_t offset = row * out;
+          if (bf16) {
+            kernels.relu_mask_bf16(yp ? yp + offset : nullptr, g + offset, mb + offset, rows, out, pp + c * out);
+          } else {
+            kernels.relu_mask(yp ? yp + offset : nullptr, g + offset, mp ? mp + offset : nullptr, rows, out,
+                              bias_grad_needed ? pp + c * out : nullptr);
+          }
         }
       });
-      bias_grad = partial.sum(0);
-    } else if (relu) {
-      // dz = dy * (y > 0), written into a fresh buffer (grads may be shared).
-      at::Tensor masked = at::empty_like(dz);
-      const float* g = dz.data_ptr<float>();
-      const float* yp = y.data_ptr<float>();
-      float* m = masked.data_ptr<float>();
-      at::parallel_for(0, batch * out, 65536, [&](int64_t begin, int64_t end) {
-        kernels.relu_mask(yp + begin, g + begin, m + begin, end - begin);
-      });
-      dz = masked;
+      if (bias_grad_needed) bias_grad = partial.sum(0);
+      if (masked.defined()) dz = masked;
     }
     at::Tensor dx, dw, db;
     if (ctx->needs_input_grad(0)) {
@@ -200,9 +206,7 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
               dw.data_ptr<float>(), in);
       }
     }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      db = bf16 ? bias_grad : at::sum(dz, {0});
-    }
+    if (bias_grad_needed) db = bias_grad;
     return {dx, dw, db, at::Tensor()};
   }
 };
