@@ -1,5 +1,6 @@
 // OpenBLAS's kernel set: the choice is tested for every CPU class without that CPU, and the
-// restart end to end on this machine by pretending OpenBLAS picked its generic kernels.
+// restart end to end on this machine by pretending OpenBLAS picked its generic kernels. The
+// OpenMP spin count: when it is set, and the restart that sets it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -75,6 +76,39 @@ TEST(BlasCore, TheBinaryReplacesAGenericCoreAndLogsIt) {
             std::string::npos) << out;
   EXPECT_NE(out.find("OpenBLAS core Prescott (OPENBLAS_CORETYPE=Prescott)"), std::string::npos)
       << out;
+}
+
+TEST(OmpSpin, ShortOnlyForDatasetCommandsWithIdleThreadsTheUserLeftAlone) {
+  EXPECT_EQ(ChooseOmpSpinCount("train_eval", "", 2, "", ""), "10000");
+  EXPECT_EQ(ChooseOmpSpinCount("eval", "4", 1, "", ""), "10000");
+  // Not reading datasets (serving latency wants threads awake), one thread, or the user chose.
+  EXPECT_EQ(ChooseOmpSpinCount("serve", "", 8, "", ""), "");
+  EXPECT_EQ(ChooseOmpSpinCount("export", "", 8, "", ""), "");
+  EXPECT_EQ(ChooseOmpSpinCount("train_eval", "1", 8, "", ""), "");
+  EXPECT_EQ(ChooseOmpSpinCount("train_eval", "", 1, "", ""), "");
+  EXPECT_EQ(ChooseOmpSpinCount("train_eval", "", 8, "300000", ""), "");
+  EXPECT_EQ(ChooseOmpSpinCount("train_eval", "", 8, "", "PASSIVE"), "");
+}
+
+// train_eval restarts once with the short spin and says so in its runtime line; the user's
+// GOMP_SPINCOUNT stands; one thread leaves libgomp as it is.
+TEST(OmpSpin, TrainingRunsWithTheShortSpinUnlessTheUserChose) {
+  const std::string command = std::string(TZREC_BINARY) +
+                              " train_eval --pipeline_config_path=/nonexistent/pipeline.config";
+  const std::string clean = "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u TZREC_OMP_SPINCOUNT_SET "
+                            "-u TZREC_OMP_SPIN_AUTOFIX ";
+  int code = 0;
+  std::string out = testing::Shell(clean + "OMP_NUM_THREADS=2 " + command, &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("; OpenMP spin count 10000 (set by tzrec"), std::string::npos) << out;
+  EXPECT_NE(out.find("/nonexistent/pipeline.config"), std::string::npos) << out;
+  out = testing::Shell(clean + "GOMP_SPINCOUNT=77 OMP_NUM_THREADS=2 " + command, &code);
+  EXPECT_NE(out.find("; OpenMP spin count 77 (GOMP_SPINCOUNT)"), std::string::npos) << out;
+  for (const std::string& off : {std::string("OMP_NUM_THREADS=1 "), std::string("TZREC_OMP_SPIN_AUTOFIX=0 OMP_NUM_THREADS=2 ")}) {
+    out = testing::Shell(clean + off + command, &code);
+    EXPECT_NE(out.find("runtime: "), std::string::npos) << out;
+    EXPECT_EQ(out.find("OpenMP spin count"), std::string::npos) << off << out;
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 
 int main(int argc, char** argv) {
   // The same start-up as the tzrec binary: the suite runs the kernels users get.
-  tzrec::EnsureFastBlasCore(argv);
+  tzrec::EnsureFastRuntimeEnvironment(argv);
   ::testing::InitGoogleTest(&argc, argv);
   // LibTorch seeds its default generator from the OS, so weights drawn without a seed differ
   // from process to process; a fixed seed makes every test repeatable (a small tower left all

@@ -12,7 +12,7 @@
 #include "tzrec/version.h"
 
 int main(int argc, char** argv) {
-  tzrec::EnsureFastBlasCore(argv);  // may restart the process, so before anything else
+  tzrec::EnsureFastRuntimeEnvironment(argv);  // may restart the process, so before anything else
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(tzrec::CommandsHelp().c_str(), stdout);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "tzrec/common/logging.h"
 
@@ -15,6 +16,11 @@ namespace {
 
 // Set on the restarted process, so it neither loops nor forgets what it replaced.
 constexpr char kReplacedCoreEnv[] = "TZREC_BLAS_REPLACED_CORE";
+constexpr char kSetSpinCountEnv[] = "TZREC_OMP_SPINCOUNT_SET";
+// Short enough that an idle OpenMP thread sleeps within a fraction of a millisecond, long
+// enough to bridge the gaps between a step's back-to-back parallel regions (3000 and 10000
+// measured alike; libgomp itself uses 1000 when it has more threads than CPUs).
+constexpr char kTrainingSpinCount[] = "10000";
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -91,24 +97,62 @@ std::string RunningOpenBlasCore() {
   return name ? name : "";
 }
 
-void EnsureFastBlasCore(char** argv) {
-  const std::string mode = Lower(Env("TZREC_BLAS_AUTOFIX"));
-  if (mode == "0" || mode == "false" || mode == "off") return;
-  if (!Env(kReplacedCoreEnv).empty()) return;  // already restarted once
+std::string ChooseOmpSpinCount(const std::string& command, const std::string& omp_num_threads,
+                               unsigned cpus, const std::string& user_spincount,
+                               const std::string& user_wait_policy) {
+  if (command != "train_eval" && command != "eval") return "";
+  if (!user_spincount.empty() || !user_wait_policy.empty()) return "";  // the user chose
+  const long threads = omp_num_threads.empty() ? static_cast<long>(cpus) : std::atol(omp_num_threads.c_str());
+  if (threads <= 1) return "";  // no idle OpenMP thread to spin
+  return kTrainingSpinCount;
+}
+
+void EnsureFastRuntimeEnvironment(char** argv) {
+  // At most once each: a restarted process (or one a restarted parent started) has the marker
+  // of a replaced core, and GOMP_SPINCOUNT set.
+  const std::string blas_mode = Lower(Env("TZREC_BLAS_AUTOFIX"));
+  std::string core;
   const std::string running = RunningOpenBlasCore();
-  const std::string core =
-      ChooseBlasCore(DetectCpuBlasFeatures(), running, Env("OPENBLAS_CORETYPE"), mode == "force");
-  if (core.empty()) return;
-  setenv(kReplacedCoreEnv, running.c_str(), 1);
-  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  if (blas_mode != "0" && blas_mode != "false" && blas_mode != "off" && Env(kReplacedCoreEnv).empty()) {
+    core = ChooseBlasCore(DetectCpuBlasFeatures(), running, Env("OPENBLAS_CORETYPE"), blas_mode == "force");
+  }
+  const std::string spin_mode = Lower(Env("TZREC_OMP_SPIN_AUTOFIX"));
+  std::string spin;
+  if (spin_mode != "0" && spin_mode != "false" && spin_mode != "off" && argv[0] && argv[1]) {
+    spin = ChooseOmpSpinCount(argv[1], Env("OMP_NUM_THREADS"), std::thread::hardware_concurrency(),
+                              Env("GOMP_SPINCOUNT"), Env("OMP_WAIT_POLICY"));
+  }
+  if (core.empty() && spin.empty()) return;
+  const std::string user_coretype = Env("OPENBLAS_CORETYPE");
+  if (!core.empty()) {
+    setenv(kReplacedCoreEnv, running.c_str(), 1);
+    setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  }
+  if (!spin.empty()) {
+    setenv(kSetSpinCountEnv, "1", 1);
+    setenv("GOMP_SPINCOUNT", spin.c_str(), 1);
+  }
   execv("/proc/self/exe", argv);
   const int error = errno;
-  unsetenv(kReplacedCoreEnv);
-  setenv("OPENBLAS_CORETYPE", running.c_str(), 1);
-  LOG_WARNING << "OpenBLAS runs its generic '" << running << "' kernels on this CPU; restarting "
-              << "with OPENBLAS_CORETYPE=" << core << " failed (" << std::strerror(error)
-              << "): GEMMs will be several times slower. Set OPENBLAS_CORETYPE=" << core
-              << " before starting tzrec";
+  if (!spin.empty()) {
+    unsetenv(kSetSpinCountEnv);
+    unsetenv("GOMP_SPINCOUNT");
+  }
+  if (!core.empty()) {
+    unsetenv(kReplacedCoreEnv);
+    if (user_coretype.empty()) {
+      unsetenv("OPENBLAS_CORETYPE");
+    } else {
+      setenv("OPENBLAS_CORETYPE", user_coretype.c_str(), 1);
+    }
+    LOG_WARNING << "OpenBLAS runs its generic '" << running << "' kernels on this CPU; restarting "
+                << "with OPENBLAS_CORETYPE=" << core << " failed (" << std::strerror(error)
+                << "): GEMMs will be several times slower. Set OPENBLAS_CORETYPE=" << core
+                << " before starting tzrec";
+  } else {
+    LOG_WARNING << "restarting with GOMP_SPINCOUNT=" << spin << " failed (" << std::strerror(error)
+                << "); data readers may wait for CPU while OpenMP threads spin";
+  }
 }
 
 std::string BlasCoreSummary() {
@@ -123,6 +167,17 @@ std::string BlasCoreSummary() {
     summary += " (OPENBLAS_CORETYPE=" + Env("OPENBLAS_CORETYPE") + ")";
   }
   return summary;
+}
+
+std::string OmpSpinSummary() {
+  const std::string spin = Env("GOMP_SPINCOUNT");
+  if (!Env(kSetSpinCountEnv).empty()) {
+    return "OpenMP spin count " + spin + " (set by tzrec: idle OpenMP threads sleep soon, so data "
+           "readers get the cores between parallel regions; set GOMP_SPINCOUNT to choose)";
+  }
+  if (!spin.empty()) return "OpenMP spin count " + spin + " (GOMP_SPINCOUNT)";
+  if (!Env("OMP_WAIT_POLICY").empty()) return "OMP_WAIT_POLICY=" + Env("OMP_WAIT_POLICY");
+  return "";
 }
 
 }  // namespace tzrec

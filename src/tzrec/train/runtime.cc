@@ -74,8 +74,10 @@ void InitRuntime() {
                   << "its generic kernels are 3-5x slower); unset OPENBLAS_CORETYPE or set it to "
                   << best;
     }
+    const std::string spin = OmpSpinSummary();
     LOG_INFO << "runtime: " << BlasCoreSummary() << "; tzrec kernels "
-             << ActiveCpuKernels().isa << "; " << threads << " intra-op threads";
+             << ActiveCpuKernels().isa << "; " << threads << " intra-op threads"
+             << (spin.empty() ? "" : "; " + spin);
     const int used = ParallelForThreadsUsed(threads);
     if (used < threads) {
       LOG_WARNING << "tzrec's parallel loops run on " << used << " of " << threads
