@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -275,6 +276,7 @@ torch::autograd::variable_list StorageLookupFunction::forward(
     torch::autograd::AutogradContext* ctx, at::Tensor anchor, int64_t storage_address,
     int64_t exchange_address, std::vector<at::Tensor> values, std::vector<at::Tensor> offsets,
     std::vector<int64_t> meta, std::vector<at::Tensor> weights, int64_t bags) {
+  RECORD_USER_SCOPE("tzrec::embedding_lookup");  // named in is_profiling traces
   auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
   torch::autograd::variable_list out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
   ctx->saved_data["storage"] = storage_address;

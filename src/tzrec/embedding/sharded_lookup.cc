@@ -1,6 +1,7 @@
 #include "tzrec/embedding/sharded_lookup.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -466,6 +467,7 @@ struct ShardedLookupsFunction : public torch::autograd::Function<ShardedLookupsF
       std::vector<at::Tensor> offsets, std::vector<at::Tensor> weights, std::vector<int64_t> flags,
       std::vector<int64_t> lookup_bags, std::vector<int64_t> lookup_start, std::vector<int64_t> bags,
       std::vector<int64_t> trainable) {
+    RECORD_USER_SCOPE("tzrec::sharded_embedding_lookup");  // named in is_profiling traces
     auto* comm = reinterpret_cast<ShardComm*>(comm_address);
     std::vector<TableWork> tables = Rebuild(storage_addresses, shard_addresses, values, offsets, weights, flags,
                                             lookup_bags, lookup_start, bags, trainable);

@@ -1,6 +1,7 @@
 #include "tzrec/modules/fast_linear.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
@@ -100,6 +101,7 @@ at::Tensor ToBf16(const at::Tensor& x) {
 struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor weight,
                             c10::optional<at::Tensor> maybe_bias, bool relu) {
+    RECORD_USER_SCOPE("tzrec::fast_linear");  // named in is_profiling traces
     // Optional because autograd cannot take an undefined tensor as an input.
     at::Tensor bias = maybe_bias.has_value() ? *maybe_bias : at::Tensor();
     const int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);

@@ -2,6 +2,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -20,6 +21,7 @@ namespace {
 //   backward dx[b, n, d] = g[b, d] * (s[b, d] - x[b, n, d])
 struct FactorizationMachineFunction : public torch::autograd::Function<FactorizationMachineFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    RECORD_USER_SCOPE("tzrec::factorization_machine");  // named in is_profiling traces
     const int64_t batch = x.size(0), n = x.size(1), d = x.size(2);
     at::Tensor y = at::empty({batch, d}, x.options());
     at::Tensor sums = at::empty({batch, d}, x.options());

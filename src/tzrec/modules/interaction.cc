@@ -1,6 +1,7 @@
 #include "tzrec/modules/interaction.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/tensor.h>
@@ -17,6 +18,7 @@ namespace {
 // batch); the products are tiny, so per-sample loops (cpu_kernels.h) are much faster.
 struct PairwiseInteractionFunction : public torch::autograd::Function<PairwiseInteractionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor features) {
+    RECORD_USER_SCOPE("tzrec::pairwise_interaction");  // named in is_profiling traces
     at::Tensor x = features.contiguous();
     const int64_t batch = x.size(0);
     const int n = static_cast<int>(x.size(1)), dim = static_cast<int>(x.size(2));
