@@ -54,21 +54,13 @@ void ReferenceForwardInt8(const uint8_t* data, int64_t row_bytes, int dim,
   });
 }
 
-// FP16 rows: the halves at the start of each row (row_width floats apart).
-void ReferenceForwardFp16(const float* data, int row_width, int dim,
+// 2-byte rows (T: c10::Half for FP16 tables, c10::BFloat16 for BF16): the values at the
+// start of each row (row_width floats apart), widened by c10.
+template <typename T>
+void ReferenceForwardHalf(const float* data, int row_width, int dim,
                           const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
   ReferencePool(dim, lookups, bags, out, [&](int64_t row, int d) {
-    c10::Half half;
-    std::memcpy(&half.x, reinterpret_cast<const uint16_t*>(data + row * row_width) + d, 2);
-    return static_cast<float>(half);
-  });
-}
-
-// BF16 rows: the bfloat16s at the start of each row.
-void ReferenceForwardBf16(const float* data, int row_width, int dim,
-                          const std::vector<LookupArgs>& lookups, int64_t bags, float* out) {
-  ReferencePool(dim, lookups, bags, out, [&](int64_t row, int d) {
-    c10::BFloat16 value;
+    T value;
     std::memcpy(&value.x, reinterpret_cast<const uint16_t*>(data + row * row_width) + d, 2);
     return static_cast<float>(value);
   });
@@ -265,7 +257,8 @@ void ReferenceBackwardUpdate(EmbeddingStorage* storage, const std::vector<Lookup
 
 const PooledLookupKernels& ReferenceKernels() {
   static const PooledLookupKernels kernels{ReferenceForward, ReferenceBackwardUpdate,
-                                           ReferenceForwardInt8, ReferenceForwardFp16, ReferenceForwardBf16};
+                                           ReferenceForwardInt8, ReferenceForwardHalf<c10::Half>,
+                                           ReferenceForwardHalf<c10::BFloat16>};
   return kernels;
 }
 
