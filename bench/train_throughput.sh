@@ -8,7 +8,11 @@
 # micro-benchmarks, and as its last line: `deepfm ratio=<x> dlrm ratio=<y>`.
 #
 # Env: RUNS (3), STEPS timed steps (60), WARMUP (20), THREADS (all cores), TRAIN_ROWS (409600),
-# SEEDS for the one-epoch AUC comparison ("2024 2025 2026").
+# SEEDS for the one-epoch AUC comparison ("2024 2025 2026"), BF16 (auto: on CPUs with
+# AVX512-BF16 both models are compared a second time with BF16 GEMMs on both sides: ours with
+# train_config.mixed_precision "BF16", the reference under torch.autocast(cpu, bfloat16), each
+# side's own mixed precision; 0 skips it, 1 forces it). The last line then also carries
+# `deepfm_bf16 ratio=<x> dlrm_bf16 ratio=<y>`.
 # OPENBLAS_CORETYPE is set to the CPU's best OpenBLAS core for both sides
 # (use_best_openblas_core); each side's GEMM GFLOP/s is printed.
 set -euo pipefail
@@ -50,24 +54,35 @@ export OMP_NUM_THREADS=$THREADS
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
+BF16=${BF16:-auto}
+if [ "$BF16" = auto ]; then
+  if grep -qw avx512_bf16 /proc/cpuinfo; then BF16=1; else BF16=0; fi
+fi
+# A precision's config edit for us and flag for the reference; fp32 runs leave both alone.
+ours_precision() { [ "$1" = bf16 ] && echo ', "train_config.mixed_precision": "BF16"' || true; }
+reference_precision() { [ "$1" = bf16 ] && echo "--autocast bf16" || true; }
+# Log names: fp32 keeps the names it always had.
+suffix() { [ "$1" = bf16 ] && echo _bf16 || true; }
+
 # Ours: steady-state it/s from the log lines after warm-up, times the batch size.
 ours_rate() {
-  local model=$1 log=$OUT/ours_$1.log
+  local model=$1 precision=$2 log=$OUT/ours_$1$(suffix $2).log
   rm -rf $OUT/$model
   LOG_LEVEL=DEBUG build/tzrec train_eval --pipeline_config_path=bench/configs/${model}_criteo_bench.config \
     --eval_input_path="" --edit_config_json="{\"train_config.num_epochs\": 0,
       \"train_config.num_steps\": $((WARMUP + STEPS + 1)),
-      \"train_config.log_step_count_steps\": $WARMUP}" >$log 2>&1
+      \"train_config.log_step_count_steps\": $WARMUP $(ours_precision $precision)}" >$log 2>&1
   # Rates logged after the warm-up window, weighted by the steps they cover.
   steady_samples_per_s $log $WARMUP 4096
   echo
 }
 
 reference_rate() {
+  local log=$OUT/reference_$1$(suffix $2).log
   LD_PRELOAD=$TCMALLOC /usr/bin/python3 bench/reference/train_reference.py --model $1 \
     --train "$TRAIN" --eval "$EVAL" --batch_size 4096 --threads $THREADS \
-    --warmup_steps $WARMUP --steps $STEPS >$OUT/reference_$1.log 2>&1
-  sed -n 's/^reference_samples_per_sec=//p' $OUT/reference_$1.log
+    --warmup_steps $WARMUP --steps $STEPS $(reference_precision $2) >$log 2>&1
+  sed -n 's/^reference_samples_per_sec=//p' $log
 }
 
 # Both sides' BLAS, measured the same way (4096x512x256 matmul at THREADS threads).
@@ -75,62 +90,82 @@ echo "[bench] ours:      $(build/tzrec_micro_bench gemm 2>/dev/null | tail -n 1)
 LD_PRELOAD=$TCMALLOC /usr/bin/python3 bench/reference/train_reference.py --model deepfm --train "$TRAIN" \
   --threads $THREADS --steps 0 2>/dev/null | sed -n 's/.*blas_core=\([A-Za-z0-9-]*\) gemm_gflops=\([0-9]*\).*/[bench] reference: gemm torch.mm 4096x512x256 (OpenBLAS core \1): \2 GFLOP\/s/p' || true
 
-declare -A RATIO
-for model in deepfm dlrm; do
-  ours=(); ref=(); ratios=()
+declare -A RATIO REF_MEDIAN
+# compare MODEL PRECISION: RUNS interleaved runs of both sides, the step breakdown, and the
+# one-epoch eval AUC of both over SEEDS.
+compare() {
+  local model=$1 precision=$2 key=$1$(suffix $2) label
+  label=$([ $precision = bf16 ] && echo "$model bf16" || echo $model)
+  local ours=() ref=() ratios=() o r
   for run in $(seq 1 $RUNS); do
-    ours+=("$(ours_rate $model)")
-    ref+=("$(reference_rate $model)")
+    ours+=("$(ours_rate $model $precision)")
+    ref+=("$(reference_rate $model $precision)")
     ratios+=("$(awk -v o=${ours[-1]} -v r=${ref[-1]} 'BEGIN {printf "%.3f", o/r}')")
-    echo "[bench] $model run $run: ours ${ours[-1]} samples/s, reference ${ref[-1]} samples/s, ratio ${ratios[-1]}"
+    echo "[bench] $label run $run: ours ${ours[-1]} samples/s, reference ${ref[-1]} samples/s, ratio ${ratios[-1]}"
   done
   o=$(printf '%s\n' "${ours[@]}" | median)
   r=$(printf '%s\n' "${ref[@]}" | median)
   # The machine's speed drifts between runs; the ratio of back-to-back runs is steadier than
   # the ratio of separate medians, so it is the headline.
-  RATIO[$model]=$(printf '%s\n' "${ratios[@]}" | median | awk '{printf "%.2f", $1}')
-  echo "$model: ours ${o} samples/s, reference ${r} samples/s (medians of $RUNS), median per-run ratio ${RATIO[$model]}"
+  RATIO[$key]=$(printf '%s\n' "${ratios[@]}" | median | awk '{printf "%.2f", $1}')
+  REF_MEDIAN[$key]=$r
+  echo "$label: ours ${o} samples/s, reference ${r} samples/s (medians of $RUNS), median per-run ratio ${RATIO[$key]}"
+  if [ $precision = bf16 ]; then
+    echo "[bench] $label: ours (BF16) against the fp32 reference's median ${REF_MEDIAN[$model]} samples/s:" \
+      "$(awk -v o=$o -v r=${REF_MEDIAN[$model]} 'BEGIN {printf "%.2f", o/r}')x"
+  fi
   # Where our step goes (the trainer's DEBUG breakdown of the last timed window), against the
   # dense MLP's GEMMs alone (micro_bench mlp: 429-512-256-128 forward + backward at batch 4096).
-  echo "[bench] $model step phases (ms per step): $(grep 'step time breakdown' $OUT/ours_$model.log | tail -n 1 | sed 's/.*(ms per step): //')"
+  echo "[bench] $label step phases (ms per step): $(grep 'step time breakdown' $OUT/ours_$key.log | tail -n 1 | sed 's/.*(ms per step): //')"
   if [ $model = deepfm ]; then
-    mlp_ms=$(build/tzrec_micro_bench mlp 2>/dev/null | sed -n 's/.* \([0-9.]*\) ms fwd+bwd.*/\1/p')
-    echo "[bench] deepfm step $(awk -v o=$o 'BEGIN {printf "%.1f", 4096000 / o}') ms against its MLP GEMMs alone $mlp_ms ms (fwd+bwd):" \
+    local mlp_ms
+    mlp_ms=$(build/tzrec_micro_bench $([ $precision = bf16 ] && echo mlp_bf16 || echo mlp) 2>/dev/null | sed -n 's/.* \([0-9.]*\) ms fwd+bwd.*/\1/p')
+    echo "[bench] $label step $(awk -v o=$o 'BEGIN {printf "%.1f", 4096000 / o}') ms against its MLP GEMMs alone $mlp_ms ms (fwd+bwd):" \
       "$(awk -v o=$o -v m=$mlp_ms 'BEGIN {printf "%.2f", 4096000 / o / m}')x"
   fi
 
   # Quality: one epoch each, eval AUC on the same eval rows, for several seeds (one-epoch AUC
   # varies by ~0.01 across seeds, more than the tolerance we compare at), reported as means.
-  ours_aucs=(); ref_aucs=()
+  local ours_aucs=() ref_aucs=() seed rss tables_mib code_kib ours_mean ref_mean epoch_edit=()
+  if [ $precision = bf16 ]; then epoch_edit=(--edit_config_json='{"train_config.mixed_precision": "BF16"}'); fi
   for seed in $SEEDS; do
     rm -rf $OUT/$model
     TORCH_MANUAL_SEED=$seed /usr/bin/time -v build/tzrec train_eval \
       --pipeline_config_path=bench/configs/${model}_criteo_bench.config \
-      >$OUT/ours_${model}_epoch.log 2>&1
-    rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/ours_${model}_epoch.log)
+      "${epoch_edit[@]}" >$OUT/ours_${key}_epoch.log 2>&1
+    rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/ours_${key}_epoch.log)
     ours_aucs+=("$(tail -n 1 $OUT/$model/train_eval_result_v2.txt | sed -n 's/.*"auc": \([0-9.e-]*\).*/\1/p')")
     LD_PRELOAD=$TCMALLOC /usr/bin/python3 bench/reference/train_reference.py --model $model \
       --train "$TRAIN" --eval "$EVAL" --batch_size 4096 --threads $THREADS --steps 0 --epochs 1 \
-      --seed $seed >$OUT/reference_${model}_epoch.log 2>&1
-    ref_aucs+=("$(sed -n 's/^reference_eval_auc=//p' $OUT/reference_${model}_epoch.log)")
-    echo "[bench] $model seed $seed: eval AUC after one epoch: ours ${ours_aucs[-1]}, reference ${ref_aucs[-1]}"
+      --seed $seed $(reference_precision $precision) >$OUT/reference_${key}_epoch.log 2>&1
+    ref_aucs+=("$(sed -n 's/^reference_eval_auc=//p' $OUT/reference_${key}_epoch.log)")
+    echo "[bench] $label seed $seed: eval AUC after one epoch: ours ${ours_aucs[-1]}, reference ${ref_aucs[-1]}"
   done
-  tables_mib=$(sed -n 's/.*embedding tables: \([0-9]*\) MiB.*/\1/p' $OUT/ours_${model}_epoch.log | head -1)
+  tables_mib=$(sed -n 's/.*embedding tables: \([0-9]*\) MiB.*/\1/p' $OUT/ours_${key}_epoch.log | head -1)
   # Resident code of the binary and its libraries (LibTorch, oneDNN), measured by a run that
   # stops right after start-up; it is not data, so the ratio is also shown without it.
   # (the run fails by design: `|| true`, or pipefail would end the script here)
   code_kib=$( (/usr/bin/time -v build/tzrec train_eval --pipeline_config_path=/nonexistent || true) 2>&1 \
     | sed -n 's/.*Maximum resident set size (kbytes): //p')
-  echo "$model: peak RSS of our one-epoch run: $((rss / 1024)) MiB; tables + optimizer state" \
+  echo "$label: peak RSS of our one-epoch run: $((rss / 1024)) MiB; tables + optimizer state" \
     "+ slot maps ${tables_mib} MiB; ratio $(awk -v r=$rss -v t=$tables_mib 'BEGIN{printf "%.2f", r/1024/t}')," \
     "$(awk -v r=$rss -v c=$code_kib -v t=$tables_mib 'BEGIN{printf "%.2f", (r-c)/1024/t}') without" \
     "the $((code_kib / 1024)) MiB of resident library code"
-  mean() { awk '{s+=$1; n++} END {printf "%.4f", s/n}'; }
   ours_mean=$(printf '%s\n' "${ours_aucs[@]}" | mean)
   ref_mean=$(printf '%s\n' "${ref_aucs[@]}" | mean)
-  echo "$model: mean eval AUC over seeds ($SEEDS): ours $ours_mean, reference $ref_mean, difference $(awk -v a=$ours_mean -v b=$ref_mean 'BEGIN {printf "%+.4f", a-b}') (oracle $(sed -n 's/.*"oracle_auc": \([0-9.]*\).*/\1/p' $OUT/data/oracle.json))"
-done
+  echo "$label: mean eval AUC over seeds ($SEEDS): ours $ours_mean, reference $ref_mean, difference $(awk -v a=$ours_mean -v b=$ref_mean 'BEGIN {printf "%+.4f", a-b}') (oracle $(sed -n 's/.*"oracle_auc": \([0-9.]*\).*/\1/p' $OUT/data/oracle.json))"
+}
+mean() { awk '{s+=$1; n++} END {printf "%.4f", s/n}'; }
+
+for model in deepfm dlrm; do compare $model fp32; done
+if [ "$BF16" = 1 ]; then
+  for model in deepfm dlrm; do compare $model bf16; done
+fi
 
 echo "[bench] micro-benchmarks:"
 build/tzrec_micro_bench 2>&1 | sed 's/^/  /'
-echo "deepfm ratio=${RATIO[deepfm]} dlrm ratio=${RATIO[dlrm]}"
+if [ "$BF16" = 1 ]; then
+  echo "deepfm ratio=${RATIO[deepfm]} dlrm ratio=${RATIO[dlrm]} deepfm_bf16 ratio=${RATIO[deepfm_bf16]} dlrm_bf16 ratio=${RATIO[dlrm_bf16]}"
+else
+  echo "deepfm ratio=${RATIO[deepfm]} dlrm ratio=${RATIO[dlrm]}"
+fi

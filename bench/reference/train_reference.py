@@ -291,8 +291,11 @@ MODELS = {"deepfm": DeepFM, "dlrm": DLRM}
 # Training
 # ---------------------------------------------------------------------------
 class Trainer:
-    def __init__(self, model_name, seed):
+    def __init__(self, model_name, seed, autocast=""):
         torch.manual_seed(seed)
+        # --autocast bf16: PyTorch's CPU mixed precision (linear/matmul in bfloat16 through
+        # oneDNN, the rest fp32), the eager counterpart of tzrec's train_config.mixed_precision.
+        self.autocast = autocast
         self.model = MODELS[model_name]()
         sparse_params, dense_params = [], []
         for module in self.model.modules():
@@ -309,7 +312,12 @@ class Trainer:
         t0 = time.perf_counter()
         self.sparse_opt.zero_grad(set_to_none=True)
         self.dense_opt.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(batch), batch.labels)
+        if self.autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = self.model(batch)
+            loss = self.loss_fn(logits.float(), batch.labels)
+        else:
+            loss = self.loss_fn(self.model(batch), batch.labels)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -328,7 +336,11 @@ class Trainer:
     @torch.no_grad()
     def predict(self, batches):
         self.model.eval()
-        probs = [torch.sigmoid(self.model(b)) for b in batches]
+        if self.autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                probs = [torch.sigmoid(self.model(b).float()) for b in batches]
+        else:
+            probs = [torch.sigmoid(self.model(b)) for b in batches]
         self.model.train()
         return torch.cat(probs).numpy()
 
@@ -410,6 +422,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=0,
                     help="if > 0: train this many epochs from a fresh model, then eval AUC")
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--autocast", choices=["", "bf16"], default="",
+                    help="bf16: train and predict under torch.autocast('cpu', bfloat16)")
     ap.add_argument("--predict_passes", type=int, default=0,
                     help="if > 0: time this many forward passes over the --train rows "
                          "(pre-loaded batches, no I/O) and print reference_predict_rows_per_sec")
@@ -431,7 +445,7 @@ def main():
 
     if args.steps > 0:
         t = time.perf_counter()
-        trainer = Trainer(args.model, args.seed)
+        trainer = Trainer(args.model, args.seed, args.autocast)
         print("model built in %.1fs (not timed)" % (time.perf_counter() - t))
         nb = len(train_batches)
         for i in range(args.warmup_steps):
@@ -453,7 +467,7 @@ def main():
         del trainer
 
     if args.predict_passes > 0:
-        trainer = Trainer(args.model, args.seed)
+        trainer = Trainer(args.model, args.seed, args.autocast)
         trainer.predict(train_batches[:2])  # warm-up
         rows = 0
         start = time.perf_counter()
@@ -465,7 +479,7 @@ def main():
         del trainer
 
     if args.epochs > 0:
-        trainer = Trainer(args.model, args.seed)
+        trainer = Trainer(args.model, args.seed, args.autocast)
         t = time.perf_counter()
         for epoch in range(args.epochs):
             total, count = 0.0, 0

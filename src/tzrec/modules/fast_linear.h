@@ -2,9 +2,10 @@
 //
 // Why: ATen 1.13 sends fp32 Linear to the system BLAS; on these machines oneDNN's JIT sgemm
 // runs 2-2.5x faster than OpenBLAS (351 vs 142-152 GFLOP/s on 2 threads, bench notes), and
-// the MLP GEMMs dominate a DeepFM step. Forward computes y = act(x W^T + b) with the bias and
-// ReLU applied in one pass; backward reuses y for the ReLU mask and runs the two gradient
-// GEMMs on oneDNN too. Falls back to plain ATen ops for anything but contiguous fp32 CPU
+// the MLP GEMMs dominate a DeepFM step. Forward computes y = act(x W^T + b): in training on
+// oneDNN's matmul primitive with bias and ReLU inside its tiles (one per shape, kept), in
+// inference (batch sizes vary per request) on sgemm plus one bias/ReLU pass; backward reuses
+// y for the ReLU mask and runs the two gradient GEMMs on oneDNN's sgemm. Falls back to plain ATen ops for anything but contiguous fp32 CPU
 // tensors. Checked against torch::nn::Linear and by finite differences in tests.
 //
 // Mixed precision (train_config.mixed_precision: BF16): while a thread's GemmPrecision is
