@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "tzrec/modules/fast_linear.h"
@@ -111,6 +112,27 @@ TEST(FastLinear, PropagatesNonFiniteValuesLikeAten) {
       }
     }
   });
+}
+
+// The trainer reports FastLinear's GEMM time per step: the counter grows by the GEMMs' time,
+// which is within the wall time of the calls that ran them (one calling thread here).
+TEST(FastLinear, CountsTheTimeOfItsGemms) {
+  torch::manual_seed(8);
+  at::Tensor x = torch::randn({512, 256}).requires_grad_(true);
+  at::Tensor w = torch::randn({128, 256}).requires_grad_(true);
+  at::Tensor b = torch::randn({128}).requires_grad_(true);
+  const double before = FastLinearGemmMilliseconds();
+  const auto start = std::chrono::steady_clock::now();
+  FastLinear(x, w, b, true).sum().backward();
+  const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double spent = FastLinearGemmMilliseconds() - before;
+  EXPECT_GT(spent, 0.0);
+  EXPECT_LE(spent, wall);
+  // Inference (sgemm) counts too.
+  torch::NoGradGuard no_grad;
+  const double before_inference = FastLinearGemmMilliseconds();
+  FastLinear(torch::randn({64, 256}), w.detach(), b.detach(), false);
+  EXPECT_GT(FastLinearGemmMilliseconds(), before_inference);
 }
 
 // The layer is linear in x, W and b, so float central differences are exact up to rounding.

@@ -12,6 +12,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -29,9 +31,28 @@ namespace {
 
 thread_local GemmPrecision t_gemm_precision = GemmPrecision::kFloat32;
 
+// FastLinearGemmMilliseconds' sum, in nanoseconds.
+std::atomic<int64_t> g_gemm_nanos{0};
+
+// Adds the wall time of its scope (one GEMM call) to g_gemm_nanos; two clock reads per GEMM
+// of at least thousands of flops.
+class GemmTimer {
+ public:
+  GemmTimer() : start_(std::chrono::steady_clock::now()) {}
+  ~GemmTimer() {
+    g_gemm_nanos.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count(),
+        std::memory_order_relaxed);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
 // Row-major C[M,N] = op(A) op(B) (+ C when accumulate).
 void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const float* a,
            int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  GemmTimer timer;
   dnnl_status_t status =
       dnnl_sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   TZREC_CHECK(status == dnnl_success, "dnnl_sgemm failed with status ", status);
@@ -45,6 +66,7 @@ void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const fl
 void DnnlMatmul(dnnl::memory::data_type type, bool trans_a, bool trans_b, int64_t m, int64_t n,
                 int64_t k, const void* a, const void* b, float* c, const float* bias = nullptr,
                 bool relu = false) {
+  GemmTimer timer;
   using dnnl::memory;
   using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, bool, bool>;
   static std::mutex mutex;
@@ -231,6 +253,8 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
 }  // namespace
 
 GemmPrecision CurrentGemmPrecision() { return t_gemm_precision; }
+
+double FastLinearGemmMilliseconds() { return static_cast<double>(g_gemm_nanos.load(std::memory_order_relaxed)) / 1e6; }
 
 ScopedGemmPrecision::ScopedGemmPrecision(GemmPrecision precision) : previous_(t_gemm_precision) {
   t_gemm_precision = precision;

@@ -226,6 +226,7 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
     if (lr != DenseLearningRate(*part.optimizer)) SetDenseLearningRate(*part.optimizer, lr);
   }
   auto last = std::chrono::steady_clock::now();
+  const double gemm_ms_before = FastLinearGemmMilliseconds();
   size_t phase = 0;
   auto lap = [&](const char* name) {
     const auto now = std::chrono::steady_clock::now();
@@ -270,6 +271,7 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
     model.UpdateTrainMetrics(predictions, batch, dist_ ? dist_->comm() : nullptr);
   }
   lap("train_metrics");
+  phase_gemm_ms_ += FastLinearGemmMilliseconds() - gemm_ms_before;
   ++phase_steps_;
   StepResult result;
   for (auto& [name, loss] : losses) result.losses.emplace_back(name, loss.detach());
@@ -369,6 +371,13 @@ std::string Trainer::TakePhaseReport() {
     text += buf;
     ms = 0.0;
   }
+  // The dense layers' GEMMs run inside forward and backward: their share says how far the
+  // step is from its dense-compute limit.
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "; of these, FastLinear GEMMs %.2f",
+                phase_steps_ ? phase_gemm_ms_ / static_cast<double>(phase_steps_) : 0.0);
+  text += buf;
+  phase_gemm_ms_ = 0.0;
   phase_steps_ = 0;
   return text;
 }
