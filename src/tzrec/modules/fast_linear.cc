@@ -58,30 +58,29 @@ void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const fl
   TZREC_CHECK(status == dnnl_success, "dnnl_sgemm failed with status ", status);
 }
 
-// Row-major C[M,N] (fp32) = op(A) op(B) [+ bias[N]] [then ReLU] with A and B of type `type`
-// (bf16 or f32; trans: the operand is stored transposed, as for sgemm), on oneDNN's matmul
-// primitive; bias and ReLU run inside the GEMM's tiles, saving a pass over C. Primitives are
-// made once per shape and kept (making one costs more than running a small one); oneDNN
-// primitives may execute on several threads at once.
-void DnnlMatmul(dnnl::memory::data_type type, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                int64_t k, const void* a, const void* b, float* c, const float* bias = nullptr,
-                bool relu = false) {
+// Row-major C[M,N] (fp32) = op(A) op(B) [+ bias[N]] [then ReLU] with A and B bfloat16 (trans:
+// the operand is stored transposed, as for sgemm), on oneDNN's matmul primitive; bias and
+// ReLU run inside the GEMM's tiles, saving a pass over C. Primitives are made once per shape
+// and kept (making one costs more than running a small one); oneDNN primitives may execute
+// on several threads at once.
+void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const at::BFloat16* a,
+              const at::BFloat16* b, float* c, const float* bias = nullptr, bool relu = false) {
   GemmTimer timer;
   using dnnl::memory;
-  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, bool, bool>;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, bool>;
   static std::mutex mutex;
   static std::map<Key, dnnl::matmul>* primitives = new std::map<Key, dnnl::matmul>();
   static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  const memory::desc a_desc({m, k}, type,
+  const memory::desc a_desc({m, k}, memory::data_type::bf16,
                             trans_a ? memory::dims{1, m} : memory::dims{k, 1});
-  const memory::desc b_desc({k, n}, type,
+  const memory::desc b_desc({k, n}, memory::data_type::bf16,
                             trans_b ? memory::dims{1, k} : memory::dims{n, 1});
   const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{n, 1});
   const memory::desc bias_desc({1, n}, memory::data_type::f32, memory::dims{n, 1});
   dnnl::matmul primitive;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    const Key key{static_cast<int>(type), trans_a, trans_b, m, n, k, bias != nullptr, relu};
+    const Key key{trans_a, trans_b, m, n, k, bias != nullptr, relu};
     auto it = primitives->find(key);
     if (it == primitives->end()) {
       // Serving batches come in many sizes: keep the cache bounded (a primitive holds JIT code).
@@ -99,19 +98,14 @@ void DnnlMatmul(dnnl::memory::data_type type, bool trans_a, bool trans_b, int64_
     primitive = it->second;
   }
   dnnl::stream stream(*engine);
-  memory a_mem(a_desc, *engine, const_cast<void*>(a));
-  memory b_mem(b_desc, *engine, const_cast<void*>(b));
+  memory a_mem(a_desc, *engine, const_cast<at::BFloat16*>(a));
+  memory b_mem(b_desc, *engine, const_cast<at::BFloat16*>(b));
   memory c_mem(c_desc, *engine, c);
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc, *engine, const_cast<float*>(bias)));
   primitive.execute(stream, args);
   stream.wait();
-}
-
-void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const at::BFloat16* a,
-              const at::BFloat16* b, float* c, const float* bias = nullptr, bool relu = false) {
-  DnnlMatmul(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k, a, b, c, bias, relu);
 }
 
 // x rounded to bfloat16, in parallel (a batch's activations are megabytes).
@@ -144,15 +138,6 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
       if (batch > 0) {
         Bf16Gemm(false, true, batch, out, in, x_saved.data_ptr<at::BFloat16>(),
                  w_saved.data_ptr<at::BFloat16>(), yp, bp, relu);
-      }
-    } else if (at::GradMode::is_enabled()) {
-      // Training: the matmul primitive with bias and ReLU in its tiles (measured 2-10% faster
-      // per layer than sgemm plus a bias/ReLU pass at batch 4096). Its primitive is made per
-      // shape, which a training run's fixed batch amortises; inference, whose batch sizes vary
-      // per request, keeps sgemm, which needs no making.
-      if (batch > 0) {
-        DnnlMatmul(dnnl::memory::data_type::f32, false, true, batch, out, in, x.data_ptr<float>(),
-                   weight.data_ptr<float>(), yp, bp, relu);
       }
     } else {
       if (batch > 0) {

@@ -2,10 +2,9 @@
 //
 // Why: ATen 1.13 sends fp32 Linear to the system BLAS; on these machines oneDNN's JIT sgemm
 // runs 2-2.5x faster than OpenBLAS (351 vs 142-152 GFLOP/s on 2 threads, bench notes), and
-// the MLP GEMMs dominate a DeepFM step. Forward computes y = act(x W^T + b): in training on
-// oneDNN's matmul primitive with bias and ReLU inside its tiles (one per shape, kept), in
-// inference (batch sizes vary per request) on sgemm plus one bias/ReLU pass; backward reuses
-// y for the ReLU mask and runs the two gradient GEMMs on oneDNN's sgemm. Falls back to plain ATen ops for anything but contiguous fp32 CPU
+// the MLP GEMMs dominate a DeepFM step. Forward computes y = act(x W^T + b) with the bias and
+// ReLU applied in one pass; backward reuses y for the ReLU mask and runs the two gradient
+// GEMMs on oneDNN too. Falls back to plain ATen ops for anything but contiguous fp32 CPU
 // tensors. Checked against torch::nn::Linear and by finite differences in tests.
 //
 // Mixed precision (train_config.mixed_precision: BF16): while a thread's GemmPrecision is
@@ -52,7 +51,7 @@ GemmPrecision GemmPrecisionFor(const std::string& mixed_precision, const std::st
 at::Tensor FastLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                       bool relu);
 
-// Wall milliseconds spent in FastLinear's GEMMs (with their fused bias and ReLU) since the
+// Wall milliseconds spent in FastLinear's GEMM calls (BF16's include their fused bias and ReLU) since the
 // process started, summed over calling threads; the trainer reports its per-step share.
 double FastLinearGemmMilliseconds();
 
