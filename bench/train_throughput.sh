@@ -126,9 +126,9 @@ compare() {
     /FastLinear GEMMs/ && it > w { match($0, /FastLinear GEMMs [0-9.]+/); g += substr($0, RSTART + 17, RLENGTH - 17) + 0; n++ }
     END { if (n) printf "%.2f", g / n; else print 0 }' $OUT/ours_$key.log)
   echo "[bench] $label wall time per step $(awk -v o=$o 'BEGIN {printf "%.1f", 4096000 / o}') ms, of which its" \
-    "FastLinear GEMMs $gemm_ms ms (same run): $(awk -v o=$o -v g=$gemm_ms 'BEGIN {printf "%.2f", g > 0 ? 4096000 / o / g : 0}')x;" \
+    "FastLinear GEMMs $gemm_ms ms (same run): $(awk -v o=$o -v g=$gemm_ms 'BEGIN {printf "%.2f", (g > 0 ? 4096000 / o / g : 0)}')x;" \
     "reference step $(awk -v r=$r 'BEGIN {printf "%.1f", 4096000 / r}') ms over our GEMMs:" \
-    "$(awk -v r=$r -v g=$gemm_ms 'BEGIN {printf "%.2f", g > 0 ? 4096000 / r / g : 0}')x (the ratio with all else at zero)"
+    "$(awk -v r=$r -v g=$gemm_ms 'BEGIN {printf "%.2f", (g > 0 ? 4096000 / r / g : 0)}')x (the ratio with all else at zero)"
   if [ $model = deepfm ]; then
     local mlp_ms
     mlp_ms=$(build/tzrec_micro_bench $([ $precision = bf16 ] && echo mlp_bf16 || echo mlp) 2>/dev/null | sed -n 's/.* \([0-9.]*\) ms fwd+bwd.*/\1/p')

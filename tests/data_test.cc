@@ -19,6 +19,16 @@ namespace {
 using testing::TempDir;
 using testing::WriteFile;
 
+// The first (up to max_rows) records of a CSV file with a header line.
+RecordBatch ReadCsvWithHeader(const std::string& path, size_t max_rows) {
+  CsvOptions options;
+  options.with_header = true;
+  CsvFileReader reader(path, options);
+  RecordBatch records;
+  EXPECT_TRUE(reader.Next(max_rows, &records)) << path << " has no record";
+  return records;
+}
+
 TEST(CsvReader, HeaderQuotesNullsAndProjection) {
   TempDir dir;
   WriteFile(dir.File("a.csv"),
@@ -128,11 +138,7 @@ TEST(Features, ParseEncodedValuesDefaultsAndNulls) {
             "user,tags,price,vec,bucket,clk\n"
             "5,1\x03" "2\x03" "3,1.5,0.1\x03" "0.2,0,1\n"
             ",,2,,3,0\n");
-  CsvOptions options;
-  options.with_header = true;
-  CsvFileReader reader(dir.File("d.csv"), options);
-  RecordBatch records;
-  ASSERT_TRUE(reader.Next(10, &records));
+  const RecordBatch records = ReadCsvWithHeader(dir.File("d.csv"), 10);
   ParsedBatch parsed;
   for (const auto& f : features) f->ParseEncoded(records, &parsed);
   EXPECT_EQ(parsed.sparse["user"].values, (std::vector<int64_t>{5}));
@@ -190,11 +196,7 @@ TEST(Features, IdCellsReadAsSplittingAndParsingEachPieceReadsThem) {
     }
     TempDir dir;
     WriteFile(dir.File("ids.csv"), csv);
-    CsvOptions options;
-    options.with_header = true;
-    CsvFileReader reader(dir.File("ids.csv"), options);
-    RecordBatch records;
-    ASSERT_TRUE(reader.Next(100000, &records));
+    const RecordBatch records = ReadCsvWithHeader(dir.File("ids.csv"), 100000);
     ParsedBatch parsed;
     features[0]->ParseEncoded(records, &parsed);
     EXPECT_EQ(parsed.sparse["ids"].values, expected_ids) << "separator '" << separator << "'";
@@ -205,16 +207,12 @@ TEST(Features, IdCellsReadAsSplittingAndParsingEachPieceReadsThem) {
       "feature_configs { id_feature { feature_name: \"ids\" num_buckets: 100 embedding_dim: 4 } }", "ids");
   auto features = CreateFeatures(config.feature_configs(), config.data_config());
   TempDir dir;
-  CsvOptions options;
-  options.with_header = true;
   for (const auto& [cell, message] : std::vector<std::pair<std::string, std::string>>{
            {"100", "t.csv:3: column 'ids' (feature_configs[0].id_feature): id 100 out of range [0, 100)"},
            {"000000000000000100", "id 100 out of range [0, 100)"},
            {"99999999999999999999", "'99999999999999999999' is not an integer id"}}) {
     WriteFile(dir.File("t.csv"), "ids\n7\n" + cell + "\n");
-    CsvFileReader reader(dir.File("t.csv"), options);
-    RecordBatch records;
-    ASSERT_TRUE(reader.Next(10, &records));
+    const RecordBatch records = ReadCsvWithHeader(dir.File("t.csv"), 10);
     ParsedBatch parsed;
     EXPECT_TZREC_ERROR(features[0]->ParseEncoded(records, &parsed), message);
   }
