@@ -239,7 +239,9 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
 
 GemmPrecision CurrentGemmPrecision() { return t_gemm_precision; }
 
-double FastLinearGemmMilliseconds() { return static_cast<double>(g_gemm_nanos.load(std::memory_order_relaxed)) / 1e6; }
+double FastLinearGemmMilliseconds() {
+  return static_cast<double>(g_gemm_nanos.load(std::memory_order_relaxed)) / 1e6;
+}
 
 ScopedGemmPrecision::ScopedGemmPrecision(GemmPrecision precision) : previous_(t_gemm_precision) {
   t_gemm_precision = precision;

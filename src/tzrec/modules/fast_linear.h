@@ -51,8 +51,9 @@ GemmPrecision GemmPrecisionFor(const std::string& mixed_precision, const std::st
 at::Tensor FastLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                       bool relu);
 
-// Wall milliseconds spent in FastLinear's GEMM calls (BF16's include their fused bias and ReLU) since the
-// process started, summed over calling threads; the trainer reports its per-step share.
+// Wall milliseconds spent in FastLinear's GEMM calls (BF16's include their fused bias and
+// ReLU) since the process started, summed over calling threads; the trainer reports its
+// per-step share.
 double FastLinearGemmMilliseconds();
 
 // Whether FastLinear uses oneDNN (TZREC_FAST_LINEAR=0 turns it off, for comparisons).
