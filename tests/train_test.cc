@@ -13,6 +13,7 @@
 #include "test_util.h"
 #include "train_test_util.h"
 #include "tzrec/common/fs.h"
+#include "tzrec/common/logging.h"
 #include "tzrec/config/edit_config.h"
 #include "tzrec/config/pipeline_config.h"
 #include "tzrec/tools/gen_data.h"
@@ -251,6 +252,37 @@ TEST(Training, LearningRateSchedulesFollowTheStepAndResumeExactly) {
   auto b = LoadModelFile(ListCheckpoints(dir.File("resumed")).back().path);
   ASSERT_EQ(a.size(), b.size());
   for (auto& kv : a) EXPECT_TRUE(torch::equal(kv.second, b.at(kv.first))) << kv.first;
+}
+
+// LOG_LEVEL=DEBUG: each logged window's step time breakdown ends with the time FastLinear's GEMMs
+// took per step, which is more than nothing (DeepFM's MLPs run on it) and within the step.
+TEST(Training, DebugStepBreakdownCarriesTheGemmTime) {
+  TempDir dir;
+  const std::string config = WriteSmallConfig(dir);
+  auto options = SmallOptions(dir, config, dir.File("model"));
+  options.eval_input_path.clear();
+  options.edit_config_json = R"({"train_config.num_steps": 6, "train_config.log_step_count_steps": 3})";
+  const LogLevel level = GetLogLevel();
+  SetLogLevel(LogLevel::kDebug);
+  ::testing::internal::CaptureStderr();
+  TrainAndEvaluate(options);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  SetLogLevel(level);
+  int windows = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("step time breakdown");
+    if (at == std::string::npos) continue;
+    ++windows;
+    const size_t step_at = line.find(", step ", at), gemm_at = line.find("; of these, FastLinear GEMMs ", at);
+    ASSERT_NE(step_at, std::string::npos) << line;
+    ASSERT_NE(gemm_at, std::string::npos) << line;
+    const double step_ms = std::stod(line.substr(step_at + 7));
+    const double gemm_ms = std::stod(line.substr(gemm_at + 29));
+    EXPECT_GT(gemm_ms, 0.0) << line;
+    EXPECT_LE(gemm_ms, step_ms) << line;
+  }
+  EXPECT_GE(windows, 2) << log;
 }
 
 // is_profiling: a Chrome trace (JSON array of complete events, as chrome://tracing and
