@@ -79,12 +79,25 @@ void EmbeddingBench(int64_t rows, int threads, tzrec::RowFormat format = tzrec::
     tzrec::StorageForward(&storage, args, bags, out.data_ptr<float>());
   }
   double forward_ms = Seconds(start) / steps * 1e3;
+  // The same ids as one lookup of single-id bags (a sharded table's received segments).
+  at::Tensor all_values = at::cat([&] {
+    std::vector<at::Tensor> v;
+    for (const auto& in : inputs) v.push_back(in.values);
+    return v;
+  }());
+  at::Tensor all_offsets = torch::arange(bags * lookups + 1, torch::kLong);
+  const std::vector<tzrec::LookupArgs> one = {
+      {all_values.data_ptr<int64_t>(), all_offsets.data_ptr<int64_t>(), 0, rows, false, true}};
+  start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) tzrec::StorageForward(&storage, one, bags * lookups, out.data_ptr<float>());
+  double one_lookup_ms = Seconds(start) / steps * 1e3;
   start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) {
     tzrec::FusedKernels().backward_update(&storage, args, bags, upstream.data_ptr<float>(), i + 10);
   }
   double backward_ms = Seconds(start) / steps * 1e3;
-  std::printf("  kernels alone: forward %.2f ms, backward+adagrad %.2f ms\n", forward_ms, backward_ms);
+  std::printf("  kernels alone: forward %.2f ms (as one lookup: %.2f ms), backward+adagrad %.2f ms\n", forward_ms,
+              one_lookup_ms, backward_ms);
   std::printf("embedding %s rows=%lld threads=%d: %.2f M lookups/s (fwd+bwd+adagrad), %.2f M/s per thread, %.2f ms/step\n",
               format == tzrec::RowFormat::kFloat16 ? "fp16" : "fp32", static_cast<long long>(rows), threads,
               per_second / 1e6, per_second / 1e6 / threads, seconds / steps * 1e3);

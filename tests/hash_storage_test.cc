@@ -86,13 +86,19 @@ TEST(HashStorage, RowsAreHandedOutOnFirstTouchWithTheDenseTablesInitialValues) {
   hashed.IdRowsToSlotRows(&rows);
   EXPECT_TRUE(torch::equal(rows, Ids({7 + 1, 7 + 3, 2})));  // 42 got a new row
   EXPECT_TRUE(torch::equal(h->weight()[3], d->weight()[42]));
-  // A shard's rows are its logical rows' values.
+  // A shard's rows are its logical rows' values: a contiguous block from row 500, and every
+  // second row from row 1 (rank 1 of 2, row-wise).
   EmbeddingStorage shard(8, nullptr);
   EmbeddingTable* s = shard.AddTable("t", 500, true, true);
+  EmbeddingTable* interleaved = shard.AddTable("t", 500, true, true);
   shard.Allocate(false);
-  shard.InitializeTable(s, 1000, 8, 500, 0);
+  shard.InitializeTable(s, 1000, 8, 500, 1, 0);
+  shard.InitializeTable(interleaved, 1000, 8, 1, 2, 0);
   shard.SlotsOf(s, Ids({400}));
+  shard.SlotsOf(interleaved, Ids({400, 3}));
   EXPECT_TRUE(torch::equal(s->weight()[0], d->weight()[900]));
+  EXPECT_TRUE(torch::equal(interleaved->weight()[0], d->weight()[801]));
+  EXPECT_TRUE(torch::equal(interleaved->weight()[1], d->weight()[7]));
 }
 
 TEST(HashStorage, ConcurrentFirstTouchesGiveEachIdOneWholeRow) {

@@ -167,7 +167,6 @@ std::map<std::string, TableShard> ShardsForRank(const std::vector<TablePlan>& pl
     shard.world_size = world_size;
     shard.rank = rank;
     shard.owner = t.ranks.empty() ? 0 : t.ranks.front();
-    shard.block_rows = (t.rows + world_size - 1) / world_size;
     shards[t.table] = shard;
   }
   return shards;

@@ -258,7 +258,8 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
       const size_t s = storage_of_table[i];
       const TableShard& shard = storage_shards_[s];
       storages_[s]->InitializeTable(tables_[i], spec.rows, spec.dim,
-                                    shard.sharded() ? shard.row_begin(shard.rank) : 0,
+                                    shard.sharded() ? shard.row_offset(shard.rank) : 0,
+                                    shard.sharded() ? shard.row_step() : 1,
                                     shard.sharded() ? shard.column_begin(shard.rank) : 0);
     }
   }
@@ -410,7 +411,9 @@ const TableShard* EmbeddingCollection::ShardOf(const EmbeddingTable* table) cons
 }
 
 at::Tensor EmbeddingCollection::LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns) {
-  at::Tensor rows = logical.narrow(0, shard.row_begin(shard.rank), shard.local_rows(shard.rank));
+  const int64_t n = shard.local_rows(shard.rank), first = shard.row_offset(shard.rank);
+  at::Tensor rows = n == 0 ? logical.narrow(0, 0, 0)
+                           : logical.slice(0, first, first + (n - 1) * shard.row_step() + 1, shard.row_step());
   if (!columns || shard.type != TableShard::Type::kColumnWise) return rows;
   return rows.narrow(1, shard.column_begin(shard.rank), shard.local_dim(shard.rank));
 }
@@ -457,13 +460,14 @@ std::map<std::string, at::Tensor> EmbeddingCollection::GatherTable(const Embeddi
       // Per-row state (row-wise Adagrad) of a column shard: rank 0's stands for the row.
       logical = all.narrow(0, 0, shard.rows).narrow(1, 0, width_on(0)).clone();
     } else {
-      std::vector<at::Tensor> blocks;
+      // Every logical row is on exactly one rank: rank r's local rows go to its logical rows.
+      logical = at::empty({shard.rows, width_on(shard.rank)}, at::kFloat);
       for (int r = 0; r < world; ++r) {
-        if (shard.local_rows(r) > 0) {
-          blocks.push_back(all.narrow(0, r * stride, shard.local_rows(r)).narrow(1, 0, width_on(r)));
-        }
+        const int64_t n = shard.local_rows(r), first = shard.row_offset(r);
+        if (n == 0) continue;
+        logical.slice(0, first, first + (n - 1) * shard.row_step() + 1, shard.row_step())
+            .copy_(all.narrow(0, r * stride, n).narrow(1, 0, width_on(r)));
       }
-      logical = at::cat(blocks, 0);
     }
     out[name] = logical.contiguous();
   }
@@ -518,8 +522,8 @@ int EmbeddingCollection::RestoreRows(EmbeddingTable* table, const std::map<std::
     at::Tensor initial = at::empty({chunk, table->dim()}, at::kFloat);
     for (int64_t begin = 0; begin < table->rows(); begin += chunk) {
       const int64_t n = std::min(chunk, table->rows() - begin);
-      InitializeRowRange(table->row_init(), table->logical_row_begin() + begin, n, table->logical_column_begin(),
-                         table->dim(), initial.data_ptr<float>(), table->dim());
+      InitializeRowRange(table->row_init(), table->LogicalRow(begin), table->logical_row_step(), n,
+                         table->logical_column_begin(), table->dim(), initial.data_ptr<float>(), table->dim());
       // An FP16 / BF16 table's initial values are the drawn ones rounded to 2 bytes.
       const at::Tensor as_stored = storage->half_rows() ? initial.to(storage->half_type()).to(at::kFloat) : initial;
       const float* saved_rows = weight.data_ptr<float>() + begin * table->dim();

@@ -100,8 +100,8 @@ void EmbeddingCollection::ProfileZchTables(const Batch& batch) {
     for (int64_t row : rows) {
       if (!shard) {
         local.push_back(row);
-      } else if (row >= shard->row_begin(shard->rank) && row < shard->row_end(shard->rank)) {
-        local.push_back(row - shard->row_begin(shard->rank));
+      } else if (shard->OwnerOfRow(row) == shard->rank) {
+        local.push_back(shard->LocalRow(row));
       }
     }
     table->storage()->ResetRows(table, local);

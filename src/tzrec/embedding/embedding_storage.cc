@@ -152,29 +152,32 @@ void EmbeddingStorage::Allocate(bool initialize) {
     if (slots_.defined()) slots_.narrow(0, table->first_row(), table->rows()).fill_(-1);
   }
   if (!initialize) return;
-  for (const auto& table : tables_) InitializeTable(table.get(), table->rows(), dim_, 0, 0);
+  for (const auto& table : tables_) InitializeTable(table.get(), table->rows(), dim_, 0, 1, 0);
 }
 
 void EmbeddingStorage::InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
-                                       int64_t row_begin, int column_begin) {
+                                       int64_t row_offset, int64_t row_step, int column_begin) {
   table->row_init_ = RowInit::ForTable(table->name(), logical_rows);
-  table->logical_row_begin_ = row_begin;
+  table->logical_row_offset_ = row_offset;
+  table->logical_row_step_ = row_step;
   table->logical_column_begin_ = column_begin;
   TZREC_CHECK(column_begin + dim_ <= logical_dim, "table '", table->name(), "' shard columns");
   if (table->hashed() || table->managed()) return;
   if (int8_rows_) {
     TZREC_CHECK(logical_rows == table->rows() && logical_dim == dim_, "sharded INT8 table");
     at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
-    InitializeRowRange(table->row_init_, 0, table->rows(), 0, dim_, drawn.data_ptr<float>(), dim_);
+    InitializeRowRange(table->row_init_, 0, 1, table->rows(), 0, dim_, drawn.data_ptr<float>(), dim_);
     table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
     return;
   }
-  InitializeWeights(*table, row_begin, column_begin);
+  InitializeWeights(*table);
 }
 
-void EmbeddingStorage::InitializeWeights(const EmbeddingTable& table, int64_t row_begin, int column_begin) {
+void EmbeddingStorage::InitializeWeights(const EmbeddingTable& table) {
+  const int64_t step = table.logical_row_step_;
+  const int column_begin = table.logical_column_begin_;
   if (!half_rows()) {
-    InitializeRowRange(table.row_init_, row_begin, table.rows(), column_begin, dim_,
+    InitializeRowRange(table.row_init_, table.logical_row_offset_, step, table.rows(), column_begin, dim_,
                        data() + table.first_row() * row_width_, row_width_);
     return;
   }
@@ -184,7 +187,8 @@ void EmbeddingStorage::InitializeWeights(const EmbeddingTable& table, int64_t ro
   at::Tensor drawn = at::empty({std::min(kBlock, table.rows()), dim_}, at::kFloat);
   for (int64_t begin = 0; begin < table.rows(); begin += kBlock) {
     const int64_t n = std::min(kBlock, table.rows() - begin);
-    InitializeRowRange(table.row_init_, row_begin + begin, n, column_begin, dim_, drawn.data_ptr<float>(), dim_);
+    InitializeRowRange(table.row_init_, table.LogicalRow(begin), step, n, column_begin, dim_,
+                       drawn.data_ptr<float>(), dim_);
     at::Tensor halves = data_.narrow(0, table.first_row() + begin, n).narrow(1, 0, state_offset_).view(half_type());
     halves.narrow(1, 0, dim_).copy_(drawn.narrow(0, 0, n));
     if (dim_ % 2 == 1) halves.narrow(1, dim_, 1).zero_();  // the padding half, so rows are fully defined
@@ -238,7 +242,7 @@ void EmbeddingStorage::ResetRows(EmbeddingTable* table, const std::vector<int64_
   std::vector<int64_t> logical(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     TZREC_CHECK(rows[i] >= 0 && rows[i] < table->rows(), "row ", rows[i], " of table '", table->name(), "'");
-    logical[i] = table->logical_row_begin() + rows[i];
+    logical[i] = table->LogicalRow(rows[i]);
   }
   InitializeRowsAt(*table, rows, logical);
 }
@@ -290,7 +294,7 @@ at::Tensor EmbeddingStorage::SlotsOf(EmbeddingTable* table, const at::Tensor& id
     slot[i] = table->index_->FindOrInsert(id[i], &inserted);
     if (inserted) {
       new_slots.push_back(slot[i]);
-      new_logical.push_back(table->logical_row_begin_ + id[i]);
+      new_logical.push_back(table->LogicalRow(id[i]));
     }
   }
   // Written before the lock is released: another thread sees the row only once it is whole.
@@ -354,12 +358,12 @@ void EmbeddingStorage::ReinitializeTable(EmbeddingTable* table) {
   TZREC_CHECK(!table->hashed() && table->storage() == this);
   if (int8_rows_) {
     at::Tensor drawn = at::empty({table->rows(), dim_}, at::kFloat);
-    InitializeRowRange(table->row_init_, table->logical_row_begin_, table->rows(), table->logical_column_begin_,
-                       dim_, drawn.data_ptr<float>(), dim_);
+    InitializeRowRange(table->row_init_, table->logical_row_offset_, table->logical_row_step_, table->rows(),
+                       table->logical_column_begin_, dim_, drawn.data_ptr<float>(), dim_);
     table->stored().copy_(QuantizeTable(drawn, TableDtype::kINT8));
     return;
   }
-  InitializeWeights(*table, table->logical_row_begin_, table->logical_column_begin_);
+  InitializeWeights(*table);
   ResetStateRange(table->first_row(), table->rows());
 }
 

@@ -59,9 +59,12 @@ class EmbeddingTable {
   // Hash-stored tables: the id of each resident row, in row order (a copy, taken locked).
   std::vector<int64_t> resident_ids() const;
   // How the table's rows are initialised, and where this table sits in its logical table
-  // (a shard's first logical row and column); set by EmbeddingStorage::InitializeTable.
+  // (a shard's rows and first column, table_shard.h); set by EmbeddingStorage::InitializeTable.
   const RowInit& row_init() const { return row_init_; }
-  int64_t logical_row_begin() const { return logical_row_begin_; }
+  // Row `row` of this table is logical row logical_row_offset() + row * logical_row_step().
+  int64_t logical_row_offset() const { return logical_row_offset_; }
+  int64_t logical_row_step() const { return logical_row_step_; }
+  int64_t LogicalRow(int64_t row) const { return logical_row_offset_ + row * logical_row_step_; }
   int logical_column_begin() const { return logical_column_begin_; }
   int64_t first_row() const { return first_row_; }
   int dim() const;
@@ -86,7 +89,8 @@ class EmbeddingTable {
   bool managed_;
   int64_t managed_rows_ = 0;
   RowInit row_init_;
-  int64_t logical_row_begin_ = 0;
+  int64_t logical_row_offset_ = 0;
+  int64_t logical_row_step_ = 1;
   int logical_column_begin_ = 0;
   std::unique_ptr<HashRowIndex> index_;  // hash-stored tables only
   mutable std::mutex index_mutex_;
@@ -110,11 +114,12 @@ class EmbeddingStorage {
                            bool managed = false);
   // With `initialize`, every table is initialised here (in table order).
   void Allocate(bool initialize = true);
-  // Initialises `table` as rows [row_begin, +rows) x columns [column_begin, +dim) of a logical
-  // table of logical_rows x logical_dim (a shard: the same values one process holds). A
-  // hash-stored table only records how: its rows are initialised when first touched.
-  void InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim,
-                       int64_t row_begin, int column_begin);
+  // Initialises `table` as rows row_offset, row_offset + row_step, ... x columns
+  // [column_begin, +dim) of a logical table of logical_rows x logical_dim (a shard: the same
+  // values one process holds). A hash-stored table only records how: its rows are initialised
+  // when first touched.
+  void InitializeTable(EmbeddingTable* table, int64_t logical_rows, int logical_dim, int64_t row_offset,
+                       int64_t row_step, int column_begin);
 
   // Re-initialises rows `rows` (this storage's rows of dense `table`) as new ones: initial
   // weights, fresh optimizer state (zch rows that changed ids).
@@ -215,8 +220,8 @@ class EmbeddingStorage {
   void InitializeRowsAt(const EmbeddingTable& table, const std::vector<int64_t>& slots,
                         const std::vector<int64_t>& logical, const RowInit* init = nullptr);
   // Initial weights of dense `table` (fp32 or 2-byte rows: rounded to nearest even, as
-  // TorchRec's initial values are), as logical rows row_begin.. and columns column_begin..
-  void InitializeWeights(const EmbeddingTable& table, int64_t row_begin, int column_begin);
+  // TorchRec's initial values are), as the table's logical rows and columns.
+  void InitializeWeights(const EmbeddingTable& table);
   // Fresh optimizer state in `n` rows from first_row.
   void ResetStateRange(int64_t first_row, int64_t n);
   at::Tensor data_;

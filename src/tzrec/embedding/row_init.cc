@@ -89,10 +89,12 @@ void InitializeRows(const RowInit& init, const int64_t* rows, int64_t n, int col
   });
 }
 
-void InitializeRowRange(const RowInit& init, int64_t row_begin, int64_t n, int column_begin, int cols,
-                        float* out, int64_t stride) {
+void InitializeRowRange(const RowInit& init, int64_t first_row, int64_t row_step, int64_t n, int column_begin,
+                        int cols, float* out, int64_t stride) {
   at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) InitOneRow(init, row_begin + i, column_begin, cols, out + i * stride);
+    for (int64_t i = begin; i < end; ++i) {
+      InitOneRow(init, first_row + i * row_step, column_begin, cols, out + i * stride);
+    }
   });
 }
 

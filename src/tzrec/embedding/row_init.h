@@ -34,8 +34,9 @@ struct RowInit {
 // out + i * stride (floats). Parallel over rows for large n.
 void InitializeRows(const RowInit& init, const int64_t* rows, int64_t n, int column_begin, int cols,
                     float* out, int64_t stride);
-// The same for the contiguous logical rows [row_begin, row_begin + n).
-void InitializeRowRange(const RowInit& init, int64_t row_begin, int64_t n, int column_begin, int cols,
-                        float* out, int64_t stride);
+// The same for the n logical rows first_row, first_row + row_step, ... (a row-wise shard's
+// rows are every world_size-th).
+void InitializeRowRange(const RowInit& init, int64_t first_row, int64_t row_step, int64_t n, int column_begin,
+                        int cols, float* out, int64_t stride);
 
 }  // namespace tzrec

@@ -90,65 +90,126 @@ struct TableWork {
   bool weighted;  // known from the features, so every rank agrees even without ids
 };
 
-// This rank's outgoing ids of one table, grouped by the rank holding their rows.
+// This rank's outgoing ids of one table, grouped by the rank holding their rows: rank d's ids
+// are ids[id_begin[d], id_begin[d + 1]) (local rows there), and its segments (the ids of one
+// bag that rank d holds) lens / keys / scales[seg_begin[d], seg_begin[d + 1]), in (lookup,
+// bag) order, so each rank's keys increase.
 struct Outgoing {
-  std::vector<std::vector<int64_t>> ids, lens, keys;
-  std::vector<std::vector<float>> scales, weights;
+  std::vector<int64_t> id_begin, seg_begin;  // [world + 1]
+  std::vector<int64_t> ids, lens, keys;
+  std::vector<float> scales;
+  std::vector<float> weights;  // parallel to ids, weighted tables only
+  int64_t ids_to(int d) const { return id_begin[d + 1] - id_begin[d]; }
+  int64_t segments_to(int d) const { return seg_begin[d + 1] - seg_begin[d]; }
 };
 
+// Two passes: count what goes to each rank, then write every id and segment straight to its
+// place (no per-rank list grows as it goes; this runs for every id of every step).
 Outgoing GroupByOwner(const TableWork& t, const Layout& layout) {
   const TableShard& shard = *t.shard;
   const int world = shard.world_size;
-  Outgoing out;
-  out.ids.resize(world);
-  out.lens.resize(world);
-  out.keys.resize(world);
-  out.scales.resize(world);
-  out.weights.resize(world);
-  std::vector<int64_t> count(world, 0);
+  const bool to_every_rank = shard.type == TableShard::Type::kColumnWise;
   const float inverse_world = 1.0f / static_cast<float>(world);
+  std::vector<int64_t> id_count(world, 0), seg_count(world, 0);
+  std::vector<int64_t> id_base;  // per lookup: its first id's index in `owner`
+  int64_t total_ids = 0;
+  for (const LookupTensors& l : t.lookups) {
+    id_base.push_back(total_ids);
+    total_ids += l.values.numel();
+  }
+  std::vector<int32_t> owner(to_every_rank ? 0 : total_ids);
+  std::vector<int64_t> seen(world, -1);  // the last bag (running index) with an id for each rank
+  int64_t bag_index = 0;
+  for (size_t k = 0; k < t.lookups.size(); ++k) {
+    const int64_t* values = t.lookups[k].values.data_ptr<int64_t>();
+    const int64_t* offsets = t.lookups[k].offsets.data_ptr<int64_t>();
+    int32_t* owner_of = owner.data() + (to_every_rank ? 0 : id_base[k]);
+    for (int64_t b = 0; b < layout.bags_of(k); ++b, ++bag_index) {
+      const int64_t first = offsets[b], last = offsets[b + 1];
+      for (int64_t i = first; i < last; ++i) {
+        if (values[i] < 0 || values[i] >= shard.rows) {
+          Fail("embedding id ", values[i], " out of range [0, ", shard.rows, ")");
+        }
+      }
+      if (first == last) continue;
+      if (to_every_rank) {
+        for (int d = 0; d < world; ++d) {
+          id_count[d] += last - first;
+          ++seg_count[d];
+        }
+        continue;
+      }
+      for (int64_t i = first; i < last; ++i) {
+        const int d = shard.OwnerOfRow(values[i]);
+        owner_of[i] = d;
+        ++id_count[d];
+        if (seen[d] != bag_index) {
+          seen[d] = bag_index;
+          ++seg_count[d];
+        }
+      }
+    }
+  }
+  Outgoing out;
+  out.id_begin.assign(world + 1, 0);
+  out.seg_begin.assign(world + 1, 0);
+  for (int d = 0; d < world; ++d) {
+    out.id_begin[d + 1] = out.id_begin[d] + id_count[d];
+    out.seg_begin[d + 1] = out.seg_begin[d] + seg_count[d];
+  }
+  out.ids.resize(out.id_begin[world]);
+  if (t.weighted) out.weights.resize(out.id_begin[world]);
+  out.lens.resize(out.seg_begin[world]);
+  out.keys.resize(out.seg_begin[world]);
+  out.scales.resize(out.seg_begin[world]);
+  std::vector<int64_t> next_id(out.id_begin.begin(), out.id_begin.end() - 1);
+  std::vector<int64_t> next_seg(out.seg_begin.begin(), out.seg_begin.end() - 1);
   for (size_t k = 0; k < t.lookups.size(); ++k) {
     const int64_t* values = t.lookups[k].values.data_ptr<int64_t>();
     const int64_t* offsets = t.lookups[k].offsets.data_ptr<int64_t>();
     const float* weights = t.lookups[k].weights.defined() && t.lookups[k].weights.numel() > 0
                                ? t.lookups[k].weights.data_ptr<float>()
                                : nullptr;
+    const int32_t* owner_of = owner.data() + (to_every_rank ? 0 : id_base[k]);
     for (int64_t b = 0; b < layout.bags_of(k); ++b) {
       const int64_t first = offsets[b], last = offsets[b + 1];
       if (first == last) continue;
       const float scale = (t.lookups[k].mean ? 1.0f / static_cast<float>(last - first) : 1.0f) * inverse_world;
       const int64_t key = layout.base[k] + b;
-      for (int64_t i = first; i < last; ++i) {
-        if (values[i] < 0 || values[i] >= shard.rows) {
-          Fail("embedding id ", values[i], " out of range [0, ", shard.rows, ")");
-        }
-      }
-      if (shard.type == TableShard::Type::kColumnWise) {
+      auto add_segment = [&](int d, int64_t len) {
+        const int64_t s = next_seg[d]++;
+        out.lens[s] = len;
+        out.keys[s] = key;
+        out.scales[s] = scale;
+      };
+      if (to_every_rank) {
         for (int d = 0; d < world; ++d) {
-          out.ids[d].insert(out.ids[d].end(), values + first, values + last);
+          std::copy(values + first, values + last, out.ids.begin() + next_id[d]);
           if (t.weighted) {
-            for (int64_t i = first; i < last; ++i) out.weights[d].push_back(weights ? weights[i] : 1.0f);
+            for (int64_t i = first; i < last; ++i) out.weights[next_id[d] + i - first] = weights ? weights[i] : 1.0f;
           }
-          out.lens[d].push_back(last - first);
-          out.keys[d].push_back(key);
-          out.scales[d].push_back(scale);
+          next_id[d] += last - first;
+          add_segment(d, last - first);
         }
         continue;
       }
-      std::fill(count.begin(), count.end(), 0);
+      if (last - first == 1) {  // the common single-id bag: one segment, one rank
+        const int d = owner_of[first];
+        if (t.weighted) out.weights[next_id[d]] = weights ? weights[first] : 1.0f;
+        out.ids[next_id[d]++] = shard.LocalRow(values[first]);
+        add_segment(d, 1);
+        continue;
+      }
       // Ids of this bag grouped by owner, each group contiguous in its owner's list.
       for (int d = 0; d < world; ++d) {
+        int64_t n = 0;
         for (int64_t i = first; i < last; ++i) {
-          if (shard.OwnerOfRow(values[i]) != d) continue;
-          out.ids[d].push_back(values[i] - shard.row_begin(d));
-          if (t.weighted) out.weights[d].push_back(weights ? weights[i] : 1.0f);
-          ++count[d];
+          if (owner_of[i] != d) continue;
+          if (t.weighted) out.weights[next_id[d]] = weights ? weights[i] : 1.0f;
+          out.ids[next_id[d]++] = shard.LocalRow(values[i]);
+          ++n;
         }
-        if (count[d] > 0) {
-          out.lens[d].push_back(count[d]);
-          out.keys[d].push_back(key);
-          out.scales[d].push_back(scale);
-        }
+        if (n > 0) add_segment(d, n);
       }
     }
   }
@@ -162,54 +223,25 @@ at::Tensor ToTensor(const std::vector<T>& v, at::ScalarType type) {
   return t;
 }
 
-// One all-to-all of float rows of several tables: `send[t]` is table t's [rows, width_t] in
-// destination order with `send_rows[t][d]` rows for rank d; comes back as each table's
-// [rows, width_t] in source order with `recv_rows[t][r]` rows from rank r.
-std::vector<at::Tensor> AllToAllRows(ShardComm* comm, const std::vector<at::Tensor>& send,
-                                     const std::vector<int>& widths,
-                                     const std::vector<std::vector<int64_t>>& send_rows,
-                                     const std::vector<std::vector<int64_t>>& recv_rows) {
-  const size_t tables = send.size();
-  const int world = comm->world_size();
-  std::vector<int64_t> send_counts(world, 0), recv_counts(world, 0);
-  for (size_t t = 0; t < tables; ++t) {
-    for (int d = 0; d < world; ++d) {
-      send_counts[d] += send_rows[t][d] * widths[t];
-      recv_counts[d] += recv_rows[t][d] * widths[t];
-    }
-  }
+// Where every table's rows sit in the flat buffer of one all-to-all of float rows: the message
+// of each rank (to it, or from it) holds every table's block in table order; table t's block
+// of rank r has rows[t][r] rows of widths[t] floats.
+struct RowBlocks {
+  std::vector<std::vector<int64_t>> begin;  // [rank][table]: first float of the block
+  std::vector<int64_t> per_rank;            // floats to / from each rank
   int64_t total = 0;
-  for (int64_t c : send_counts) total += c;
-  at::Tensor flat = at::empty({total}, at::kFloat);
-  float* dst = flat.data_ptr<float>();
-  std::vector<int64_t> row(tables, 0);  // next row of each table to send
-  for (int d = 0; d < world; ++d) {
-    for (size_t t = 0; t < tables; ++t) {
-      const int64_t n = send_rows[t][d] * widths[t];
-      if (n > 0) std::memcpy(dst, send[t].data_ptr<float>() + row[t] * widths[t], n * sizeof(float));
-      dst += n;
-      row[t] += send_rows[t][d];
+  RowBlocks(const std::vector<std::vector<int64_t>>& rows, const std::vector<int>& widths, int world)
+      : begin(world, std::vector<int64_t>(rows.size())), per_rank(world, 0) {
+    for (int r = 0; r < world; ++r) {
+      for (size_t t = 0; t < rows.size(); ++t) {
+        begin[r][t] = total;
+        const int64_t n = rows[t][r] * widths[t];
+        per_rank[r] += n;
+        total += n;
+      }
     }
   }
-  at::Tensor received = comm->AllToAll(flat, send_counts, recv_counts).contiguous();
-  std::vector<at::Tensor> out(tables);
-  for (size_t t = 0; t < tables; ++t) {
-    int64_t rows = 0;
-    for (int r = 0; r < world; ++r) rows += recv_rows[t][r];
-    out[t] = at::empty({rows, widths[t]}, at::kFloat);
-    row[t] = 0;
-  }
-  const float* src = received.data_ptr<float>();
-  for (int r = 0; r < world; ++r) {
-    for (size_t t = 0; t < tables; ++t) {
-      const int64_t n = recv_rows[t][r] * widths[t];
-      if (n > 0) std::memcpy(out[t].data_ptr<float>() + row[t] * widths[t], src, n * sizeof(float));
-      src += n;
-      row[t] += recv_rows[t][r];
-    }
-  }
-  return out;
-}
+};
 
 // Outputs of every table (see ShardedLookups); fills `exchanges` for the backward.
 std::vector<std::vector<at::Tensor>> Forward(ShardComm* comm, const std::vector<TableWork>& tables,
@@ -233,118 +265,147 @@ std::vector<std::vector<at::Tensor>> Forward(ShardComm* comm, const std::vector<
   int64_t* c = counts.data_ptr<int64_t>();
   for (int d = 0; d < world; ++d) {
     for (size_t t = 0; t < num_tables; ++t) {
-      c[d * counts.size(1) + t] = static_cast<int64_t>(outgoing[t].ids[d].size());
-      c[d * counts.size(1) + num_tables + t] = static_cast<int64_t>(outgoing[t].lens[d].size());
+      c[d * counts.size(1) + t] = outgoing[t].ids_to(d);
+      c[d * counts.size(1) + num_tables + t] = outgoing[t].segments_to(d);
     }
   }
   const std::vector<int64_t> ones(world, 1);
   at::Tensor recv_counts = comm->AllToAll(counts, ones, ones).contiguous();
   const int64_t* rc = recv_counts.data_ptr<int64_t>();
-  std::vector<std::vector<int64_t>> id_counts(num_tables, std::vector<int64_t>(world)),
-      recv_id_counts(num_tables, std::vector<int64_t>(world));
+  std::vector<std::vector<int64_t>> recv_id_counts(num_tables, std::vector<int64_t>(world));
   for (size_t t = 0; t < num_tables; ++t) {
     Exchange& ex = (*exchanges)[t];
     ex.seg_counts.resize(world);
     ex.recv_seg_counts.resize(world);
     for (int d = 0; d < world; ++d) {
-      id_counts[t][d] = static_cast<int64_t>(outgoing[t].ids[d].size());
-      ex.seg_counts[d] = static_cast<int64_t>(outgoing[t].lens[d].size());
+      ex.seg_counts[d] = outgoing[t].segments_to(d);
       recv_id_counts[t][d] = rc[d * recv_counts.size(1) + t];
       ex.recv_seg_counts[d] = rc[d * recv_counts.size(1) + num_tables + t];
     }
   }
 
   // 2. Ids and bag lengths of every table in one int64 exchange: to each rank, every table's
-  // ids, then every table's lengths.
+  // ids, then every table's lengths. What comes in goes straight to each table's tensors.
   std::vector<int64_t> send_counts(world, 0), receive_counts(world, 0);
-  std::vector<int64_t> payload;
   for (int d = 0; d < world; ++d) {
     for (size_t t = 0; t < num_tables; ++t) {
-      payload.insert(payload.end(), outgoing[t].ids[d].begin(), outgoing[t].ids[d].end());
-      send_counts[d] += id_counts[t][d];
-      receive_counts[d] += recv_id_counts[t][d];
-    }
-    for (size_t t = 0; t < num_tables; ++t) {
-      payload.insert(payload.end(), outgoing[t].lens[d].begin(), outgoing[t].lens[d].end());
-      send_counts[d] += (*exchanges)[t].seg_counts[d];
-      receive_counts[d] += (*exchanges)[t].recv_seg_counts[d];
+      send_counts[d] += outgoing[t].ids_to(d) + outgoing[t].segments_to(d);
+      receive_counts[d] += recv_id_counts[t][d] + (*exchanges)[t].recv_seg_counts[d];
     }
   }
-  at::Tensor received = comm->AllToAll(ToTensor(payload, at::kLong), send_counts, receive_counts).contiguous();
-  std::vector<std::vector<int64_t>> recv_ids(num_tables), recv_lens(num_tables);
+  int64_t payload_size = 0;
+  for (int64_t n : send_counts) payload_size += n;
+  at::Tensor payload = at::empty({payload_size}, at::kLong);
+  int64_t* out_ptr = payload.data_ptr<int64_t>();
+  for (int d = 0; d < world; ++d) {
+    for (size_t t = 0; t < num_tables; ++t) {
+      out_ptr = std::copy(outgoing[t].ids.begin() + outgoing[t].id_begin[d],
+                          outgoing[t].ids.begin() + outgoing[t].id_begin[d + 1], out_ptr);
+    }
+    for (size_t t = 0; t < num_tables; ++t) {
+      out_ptr = std::copy(outgoing[t].lens.begin() + outgoing[t].seg_begin[d],
+                          outgoing[t].lens.begin() + outgoing[t].seg_begin[d + 1], out_ptr);
+    }
+  }
+  at::Tensor received = comm->AllToAll(payload, send_counts, receive_counts).contiguous();
+  std::vector<int64_t*> ids_at(num_tables), offsets_at(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) {
+    Exchange& ex = (*exchanges)[t];
+    int64_t ids = 0, segments = 0;
+    for (int r = 0; r < world; ++r) {
+      ids += recv_id_counts[t][r];
+      segments += ex.recv_seg_counts[r];
+    }
+    ex.recv_ids = at::empty({ids}, at::kLong);
+    ex.recv_offsets = at::empty({segments + 1}, at::kLong);
+    ids_at[t] = ex.recv_ids.data_ptr<int64_t>();
+    offsets_at[t] = ex.recv_offsets.data_ptr<int64_t>();
+    *offsets_at[t] = 0;
+  }
   const int64_t* in = received.data_ptr<int64_t>();
   for (int r = 0; r < world; ++r) {
     for (size_t t = 0; t < num_tables; ++t) {
-      recv_ids[t].insert(recv_ids[t].end(), in, in + recv_id_counts[t][r]);
+      ids_at[t] = std::copy(in, in + recv_id_counts[t][r], ids_at[t]);
       in += recv_id_counts[t][r];
     }
     for (size_t t = 0; t < num_tables; ++t) {
-      recv_lens[t].insert(recv_lens[t].end(), in, in + (*exchanges)[t].recv_seg_counts[r]);
+      for (int64_t j = 0; j < (*exchanges)[t].recv_seg_counts[r]; ++j, ++offsets_at[t]) {
+        offsets_at[t][1] = offsets_at[t][0] + in[j];
+      }
       in += (*exchanges)[t].recv_seg_counts[r];
     }
   }
   // Weights travel with their ids, for the weighted tables only.
-  std::vector<std::vector<float>> recv_weights(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) {
+    (*exchanges)[t].recv_weights = at::empty({tables[t].weighted ? (*exchanges)[t].recv_ids.numel() : 0}, at::kFloat);
+  }
   if (any_weighted) {
     std::vector<int64_t> weight_send(world, 0), weight_recv(world, 0);
     std::vector<float> weights;
     for (int d = 0; d < world; ++d) {
       for (size_t t = 0; t < num_tables; ++t) {
         if (!tables[t].weighted) continue;
-        weights.insert(weights.end(), outgoing[t].weights[d].begin(), outgoing[t].weights[d].end());
-        weight_send[d] += id_counts[t][d];
+        weights.insert(weights.end(), outgoing[t].weights.begin() + outgoing[t].id_begin[d],
+                       outgoing[t].weights.begin() + outgoing[t].id_begin[d + 1]);
+        weight_send[d] += outgoing[t].ids_to(d);
         weight_recv[d] += recv_id_counts[t][d];
       }
     }
     at::Tensor got = comm->AllToAll(ToTensor(weights, at::kFloat), weight_send, weight_recv).contiguous();
     const float* w = got.data_ptr<float>();
+    std::vector<float*> weights_at(num_tables);
+    for (size_t t = 0; t < num_tables; ++t) weights_at[t] = (*exchanges)[t].recv_weights.data_ptr<float>();
     for (int r = 0; r < world; ++r) {
       for (size_t t = 0; t < num_tables; ++t) {
         if (!tables[t].weighted) continue;
-        recv_weights[t].insert(recv_weights[t].end(), w, w + recv_id_counts[t][r]);
+        weights_at[t] = std::copy(w, w + recv_id_counts[t][r], weights_at[t]);
         w += recv_id_counts[t][r];
       }
     }
   }
 
-  // 3. Pool this rank's rows for the received segments of every table.
-  std::vector<at::Tensor> partials(num_tables);
+  // 3. Pool this rank's rows for the received segments of every table, straight into the
+  // message that takes the partial sums back to the ranks that asked.
   std::vector<int> widths(num_tables);
   std::vector<std::vector<int64_t>> partial_rows(num_tables), back_rows(num_tables);
   for (size_t t = 0; t < num_tables; ++t) {
     Exchange& ex = (*exchanges)[t];
-    const TableShard& shard = *tables[t].shard;
-    ex.recv_ids = ToTensor(recv_ids[t], at::kLong);
-    ex.recv_weights = ToTensor(recv_weights[t], at::kFloat);
-    const int64_t segments = static_cast<int64_t>(recv_lens[t].size());
-    ex.recv_offsets = at::empty({segments + 1}, at::kLong);
-    int64_t* off = ex.recv_offsets.data_ptr<int64_t>();
-    off[0] = 0;
-    for (int64_t j = 0; j < segments; ++j) off[j + 1] = off[j] + recv_lens[t][j];
-    std::vector<int64_t> keys;
-    std::vector<float> scales;
-    for (int d = 0; d < world; ++d) {
-      keys.insert(keys.end(), outgoing[t].keys[d].begin(), outgoing[t].keys[d].end());
-      scales.insert(scales.end(), outgoing[t].scales[d].begin(), outgoing[t].scales[d].end());
-    }
-    ex.sent_keys = ToTensor(keys, at::kLong);
-    ex.sent_scales = ToTensor(scales, at::kFloat);
-    ex.padded_width = PaddedWidth(shard);
+    ex.sent_keys = ToTensor(outgoing[t].keys, at::kLong);
+    ex.sent_scales = ToTensor(outgoing[t].scales, at::kFloat);
+    ex.padded_width = PaddedWidth(*tables[t].shard);
     widths[t] = ex.padded_width;
-    const int local_dim = shard.local_dim(shard.rank);
-    partials[t] = at::zeros({segments, ex.padded_width}, at::kFloat);
-    if (segments > 0 && local_dim > 0) {
-      at::Tensor local = at::empty({segments, local_dim}, at::kFloat);
-      LookupArgs args = LocalArgs(*tables[t].storage, ex, true);
-      StorageForward(tables[t].storage, {args}, segments, local.data_ptr<float>());
-      partials[t].narrow(1, 0, local_dim).copy_(local);
-    }
     partial_rows[t] = ex.recv_seg_counts;
     back_rows[t] = ex.seg_counts;
   }
+  const RowBlocks partial_blocks(partial_rows, widths, world), back_blocks(back_rows, widths, world);
+  at::Tensor partials = at::empty({partial_blocks.total}, at::kFloat);
+  for (size_t t = 0; t < num_tables; ++t) {
+    const Exchange& ex = (*exchanges)[t];
+    const int local_dim = tables[t].shard->local_dim(tables[t].shard->rank);
+    const int64_t padded = ex.padded_width;
+    LookupArgs args = LocalArgs(*tables[t].storage, ex, true);
+    for (int r = 0; r < world; ++r) {
+      const int64_t segments = ex.recv_seg_counts[r];
+      float* dst = partials.data_ptr<float>() + partial_blocks.begin[r][t];
+      if (local_dim == padded && segments > 0) {
+        StorageForward(tables[t].storage, {args}, segments, dst);
+      } else if (segments > 0) {
+        // A narrower column slice than the message's rows (uneven column_wise split): padded.
+        std::fill(dst, dst + segments * padded, 0.0f);
+        if (local_dim > 0) {
+          at::Tensor local = at::empty({segments, local_dim}, at::kFloat);
+          StorageForward(tables[t].storage, {args}, segments, local.data_ptr<float>());
+          for (int64_t j = 0; j < segments; ++j) {
+            std::memcpy(dst + j * padded, local.data_ptr<float>() + j * local_dim, sizeof(float) * local_dim);
+          }
+        }
+      }
+      args.offsets += segments;  // the next rank's segments
+    }
+  }
 
   // 4. The partial sums go back to the ranks that asked, every table in one exchange.
-  std::vector<at::Tensor> back = AllToAllRows(comm, partials, widths, partial_rows, back_rows);
+  const at::Tensor back = comm->AllToAll(partials, partial_blocks.per_rank, back_blocks.per_rank).contiguous();
 
   // 5. Assemble each table's outputs: row-wise partials add up, column-wise ones sit side by side.
   std::vector<std::vector<at::Tensor>> results(num_tables);
@@ -359,19 +420,24 @@ std::vector<std::vector<at::Tensor>> Forward(ShardComm* comm, const std::vector<
     for (size_t k = 0; k < work.lookups.size(); ++k) {
       if (layout.own_bags[k] >= 0) outs.push_back(at::zeros({layout.own_bags[k], dim}, at::kFloat));
     }
+    std::vector<float*> out_data;
+    std::vector<int64_t> out_width;
+    for (const at::Tensor& o : outs) {
+      out_data.push_back(o.data_ptr<float>());
+      out_width.push_back(o.size(1));
+    }
     auto row_of = [&](size_t k, int64_t b) {
-      const at::Tensor& o = outs[layout.tensor[k]];
-      return o.data_ptr<float>() + b * o.size(1) + layout.column[k];
+      return out_data[layout.tensor[k]] + b * out_width[layout.tensor[k]] + layout.column[k];
     };
-    const float* src_rows = back[t].data_ptr<float>();
     const int64_t* keys = ex.sent_keys.data_ptr<int64_t>();
     int64_t row = 0;
     for (int d = 0; d < world; ++d) {
       const int begin = shard.column_begin(d), local = shard.local_dim(d);
-      for (int64_t j = 0; j < ex.seg_counts[d]; ++j, ++row) {
-        const size_t k = layout.LookupOf(keys[row]);
+      const float* src = back.data_ptr<float>() + back_blocks.begin[d][t];
+      size_t k = 0;  // keys to each rank increase: their lookup only moves forward
+      for (int64_t j = 0; j < ex.seg_counts[d]; ++j, ++row, src += ex.padded_width) {
+        while (keys[row] >= layout.base[k + 1]) ++k;
         float* dst = row_of(k, keys[row] - layout.base[k]) + begin;
-        const float* src = src_rows + row * ex.padded_width;
         for (int col = 0; col < local; ++col) dst[col] += src[col];
       }
     }
@@ -395,44 +461,68 @@ void Backward(ShardComm* comm, const std::vector<TableWork>& tables, const std::
               const std::vector<std::vector<at::Tensor>>& grads) {
   const size_t num_tables = tables.size();
   const int world = comm->world_size();
-  std::vector<at::Tensor> send(num_tables);
   std::vector<int> widths(num_tables);
   std::vector<std::vector<int64_t>> send_rows(num_tables), recv_rows(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) {
+    widths[t] = exchanges[t].padded_width;
+    send_rows[t] = exchanges[t].seg_counts;
+    recv_rows[t] = exchanges[t].recv_seg_counts;
+  }
+  const RowBlocks send_blocks(send_rows, widths, world), recv_blocks(recv_rows, widths, world);
+  at::Tensor send = at::empty({send_blocks.total}, at::kFloat);
   for (size_t t = 0; t < num_tables; ++t) {
     const TableShard& shard = *tables[t].shard;
     const Exchange& ex = exchanges[t];
     const Layout layout(tables[t].lookup_bags, tables[t].bags, shard.dim);
-    const int64_t sent = ex.sent_keys.numel();
-    send[t] = at::zeros({sent, ex.padded_width}, at::kFloat);
-    widths[t] = ex.padded_width;
-    send_rows[t] = ex.seg_counts;
-    recv_rows[t] = ex.recv_seg_counts;
-    float* s = send[t].data_ptr<float>();
+    std::vector<const float*> grad_data;
+    std::vector<int64_t> grad_width;
+    for (const at::Tensor& g : grads[t]) {
+      grad_data.push_back(g.defined() ? g.data_ptr<float>() : nullptr);
+      grad_width.push_back(g.defined() ? g.size(1) : 0);
+    }
     const int64_t* keys = ex.sent_keys.data_ptr<int64_t>();
     const float* scales = ex.sent_scales.data_ptr<float>();
+    const int64_t padded = ex.padded_width;
     int64_t row = 0;
     for (int d = 0; d < world; ++d) {
       const int begin = shard.column_begin(d), local = shard.local_dim(d);
-      for (int64_t j = 0; j < ex.seg_counts[d]; ++j, ++row) {
-        const size_t k = layout.LookupOf(keys[row]);
-        const at::Tensor& g = grads[t][layout.tensor[k]];
-        if (!g.defined()) continue;
-        const float* src = g.data_ptr<float>() + (keys[row] - layout.base[k]) * g.size(1) +
-                           layout.column[k] + begin;
-        float* dst = s + row * ex.padded_width;
+      float* dst = send.data_ptr<float>() + send_blocks.begin[d][t];
+      size_t k = 0;
+      for (int64_t j = 0; j < ex.seg_counts[d]; ++j, ++row, dst += padded) {
+        while (keys[row] >= layout.base[k + 1]) ++k;
+        const float* g = grad_data[layout.tensor[k]];
+        if (!g) {
+          std::fill(dst, dst + padded, 0.0f);
+          continue;
+        }
+        const float* src = g + (keys[row] - layout.base[k]) * grad_width[layout.tensor[k]] + layout.column[k] + begin;
         for (int col = 0; col < local; ++col) dst[col] = src[col] * scales[row];
+        std::fill(dst + local, dst + padded, 0.0f);
       }
     }
   }
-  std::vector<at::Tensor> received = AllToAllRows(comm, send, widths, send_rows, recv_rows);
+  const at::Tensor received = comm->AllToAll(send, send_blocks.per_rank, recv_blocks.per_rank).contiguous();
   for (size_t t = 0; t < num_tables; ++t) {
     const TableShard& shard = *tables[t].shard;
-    const int64_t segments = received[t].size(0);
+    const Exchange& ex = exchanges[t];
+    const int64_t segments = ex.recv_offsets.numel() - 1;
     const int local_dim = shard.local_dim(shard.rank);
     if (!tables[t].trainable || segments == 0 || local_dim == 0) continue;
-    at::Tensor local = received[t].narrow(1, 0, local_dim).contiguous();
+    // This table's gradient rows from every rank, in received-segment order.
+    at::Tensor local = at::empty({segments, local_dim}, at::kFloat);
+    float* dst = local.data_ptr<float>();
+    for (int r = 0; r < world; ++r) {
+      const float* src = received.data_ptr<float>() + recv_blocks.begin[r][t];
+      if (local_dim == ex.padded_width) {
+        dst = std::copy(src, src + ex.recv_seg_counts[r] * local_dim, dst);
+        continue;
+      }
+      for (int64_t j = 0; j < ex.recv_seg_counts[r]; ++j, dst += local_dim) {
+        std::memcpy(dst, src + j * ex.padded_width, sizeof(float) * local_dim);
+      }
+    }
     EmbeddingStorage* storage = tables[t].storage;
-    LookupArgs args = LocalArgs(*storage, exchanges[t], true);
+    LookupArgs args = LocalArgs(*storage, ex, true);
     UpdateRows(storage, {args}, segments, local.data_ptr<float>());
   }
 }

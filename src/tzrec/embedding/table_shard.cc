@@ -1,23 +1,15 @@
 #include "tzrec/embedding/table_shard.h"
 
-#include <algorithm>
-
 #include "tzrec/common/error.h"
 
 namespace tzrec {
 
-int64_t TableShard::row_begin(int r) const {
-  switch (type) {
-    case Type::kTableWise: return r == owner ? 0 : rows;
-    case Type::kRowWise: return std::min(rows, block_rows * r);
-    default: return 0;
-  }
-}
+int64_t TableShard::row_offset(int r) const { return type == Type::kRowWise ? r : 0; }
 
-int64_t TableShard::row_end(int r) const {
+int64_t TableShard::local_rows(int r) const {
   switch (type) {
-    case Type::kTableWise: return rows;
-    case Type::kRowWise: return std::min(rows, block_rows * (r + 1));
+    case Type::kTableWise: return r == owner ? rows : 0;
+    case Type::kRowWise: return r < rows ? (rows - r + world_size - 1) / world_size : 0;
     default: return rows;
   }
 }
@@ -33,7 +25,7 @@ int TableShard::column_end(int r) const {
 
 int TableShard::OwnerOfRow(int64_t row) const {
   if (type == Type::kTableWise) return owner;
-  if (type == Type::kRowWise) return static_cast<int>(row / block_rows);
+  if (type == Type::kRowWise) return static_cast<int>(row % world_size);
   return rank;
 }
 

@@ -3,7 +3,12 @@
 // does not depend on the process group).
 //
 //   table_wise   the whole table lives on one rank (`owner`)
-//   row_wise     rank r holds rows [r * block_rows, min(rows, (r + 1) * block_rows))
+//   row_wise     rank r holds rows r, r + world, r + 2 world, ... (local row l is logical row
+//                l * world + r). Interleaved rather than TorchRec's contiguous blocks: raw ids
+//                are often skewed to small values (num_buckets features), and contiguous blocks
+//                then put nearly every hot row, and so most of the pooling and updates, on rank
+//                0 while the others wait at the exchanges. Checkpoints hold logical tables, so
+//                the layout is not visible outside a running job.
 //   column_wise  rank r holds columns [dim * r / world, dim * (r + 1) / world) of every row
 // A sharded table is allocated as its local part only (sharded_lookup.h moves ids and pooled
 // values between ranks).
@@ -38,18 +43,20 @@ struct TableShard {
   int dim = 0;       // logical
   int world_size = 1;
   int rank = 0;
-  int owner = 0;           // table_wise
-  int64_t block_rows = 0;  // row_wise
+  int owner = 0;  // table_wise
 
   bool sharded() const { return type != Type::kDataParallel; }
-  int64_t row_begin(int r) const;  // first logical row rank r holds
-  int64_t row_end(int r) const;
+  // Rank r's local row l is logical row row_offset(r) + l * row_step(), for l < local_rows(r).
+  int64_t row_offset(int r) const;
+  int64_t row_step() const { return type == Type::kRowWise ? world_size : 1; }
+  int64_t local_rows(int r) const;
   int column_begin(int r) const;
   int column_end(int r) const;
-  int64_t local_rows(int r) const { return row_end(r) - row_begin(r); }
   int local_dim(int r) const { return column_end(r) - column_begin(r); }
-  // The rank holding logical row `row` (table_wise / row_wise).
+  // The rank holding logical row `row` (table_wise / row_wise; any rank holds it otherwise),
+  // and its row there.
   int OwnerOfRow(int64_t row) const;
+  int64_t LocalRow(int64_t row) const { return type == Type::kRowWise ? row / world_size : row; }
 
   static Type ParseType(const std::string& name);
   static const char* TypeName(Type type);
