@@ -51,12 +51,9 @@ std::vector<nlohmann::json> ReadEvents(const std::string& dir) {
 // global_gradient_norm: the norm of those norms. Checked against the last step's gradients.
 TEST(TensorBoard, GradientNormsOfTheDenseParameters) {
   TempDir dir;
-  const std::string config = WriteSmallConfig(dir);
-  auto options = SmallOptions(dir, config, dir.File("model"));
-  options.eval_input_path.clear();
-  options.edit_config_json = R"({"train_config.use_tensorboard": true, "train_config.num_steps": 3,
+  auto options = SmallTrainOnlyOptions(dir, R"({"train_config.use_tensorboard": true, "train_config.num_steps": 3,
       "train_config.log_step_count_steps": 1, "train_config.save_checkpoints_steps": 100,
-      "train_config.tensorboard_summaries": ["global_gradient_norm", "gradient_norm"]})";
+      "train_config.tensorboard_summaries": ["global_gradient_norm", "gradient_norm"]})");
   TrainAndEvaluate(options);
   std::map<std::string, std::map<int64_t, double>> scalars;
   for (const auto& e : ReadEvents(dir.File("model"))) {
@@ -83,11 +80,8 @@ TEST(TensorBoard, GradientNormsOfTheDenseParameters) {
 // step's parameter histograms describe the final checkpoint's tensors exactly.
 TEST(TensorBoard, ParameterAndGradientHistograms) {
   TempDir dir;
-  const std::string config = WriteSmallConfig(dir);
-  auto options = SmallOptions(dir, config, dir.File("model"));
-  options.eval_input_path.clear();
-  options.edit_config_json = R"({"train_config.use_tensorboard": true, "train_config.num_steps": 3,
-      "train_config.log_step_count_steps": 1, "train_config.tensorboard_summaries": ["parameter", "gradient"]})";
+  auto options = SmallTrainOnlyOptions(dir, R"({"train_config.use_tensorboard": true, "train_config.num_steps": 3,
+      "train_config.log_step_count_steps": 1, "train_config.tensorboard_summaries": ["parameter", "gradient"]})");
   TrainAndEvaluate(options);
   std::map<std::string, nlohmann::json> last;  // tag -> histogram at step 2
   for (const auto& e : ReadEvents(dir.File("model"))) {

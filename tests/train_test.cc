@@ -258,10 +258,7 @@ TEST(Training, LearningRateSchedulesFollowTheStepAndResumeExactly) {
 // took per step, which is more than nothing (DeepFM's MLPs run on it) and within the step.
 TEST(Training, DebugStepBreakdownCarriesTheGemmTime) {
   TempDir dir;
-  const std::string config = WriteSmallConfig(dir);
-  auto options = SmallOptions(dir, config, dir.File("model"));
-  options.eval_input_path.clear();
-  options.edit_config_json = R"({"train_config.num_steps": 6, "train_config.log_step_count_steps": 3})";
+  auto options = SmallTrainOnlyOptions(dir, R"({"train_config.num_steps": 6, "train_config.log_step_count_steps": 3})");
   const LogLevel level = GetLogLevel();
   SetLogLevel(LogLevel::kDebug);
   ::testing::internal::CaptureStderr();
@@ -289,10 +286,7 @@ TEST(Training, DebugStepBreakdownCarriesTheGemmTime) {
 // Perfetto read it) of the run's 3rd to 12th steps in model_dir/train_eval_trace.
 TEST(Training, IsProfilingWritesAChromeTraceOfTenSteps) {
   TempDir dir;
-  const std::string config = WriteSmallConfig(dir);
-  auto options = SmallOptions(dir, config, dir.File("model"));
-  options.eval_input_path.clear();
-  options.edit_config_json = R"({"train_config.is_profiling": true, "train_config.num_steps": 15})";
+  auto options = SmallTrainOnlyOptions(dir, R"({"train_config.is_profiling": true, "train_config.num_steps": 15})");
   TrainAndEvaluate(options);
   const auto traces = ListDirectory(dir.File("model/train_eval_trace"));
   ASSERT_EQ(traces.size(), 1u);

@@ -93,6 +93,13 @@ TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
   return options;
 }
 
+TrainEvalOptions SmallTrainOnlyOptions(const TempDir& dir, const std::string& edits) {
+  TrainEvalOptions options = SmallOptions(dir, WriteSmallConfig(dir), dir.File("model"));
+  options.eval_input_path.clear();
+  options.edit_config_json = edits;
+  return options;
+}
+
 TrainEvalOptions MockDataOptions(const TempDir& dir, const protos::EasyRecConfig& config,
                                  const std::string& config_path) {
   GenDataOptions gen;

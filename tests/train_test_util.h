@@ -32,6 +32,8 @@ std::string TrainAndExportSmallModel(const TempDir& dir);
 nlohmann::json ExportLatest(const std::string& pipeline_config, const std::string& export_dir);
 TrainEvalOptions SmallOptions(const TempDir& dir, const std::string& config,
                               const std::string& model_dir);
+// The small config (WriteSmallConfig) trained into dir/model with `edits`, without evaluation.
+TrainEvalOptions SmallTrainOnlyOptions(const TempDir& dir, const std::string& edits);
 // gen_data output for `config` (3000 train and 600 eval Parquet rows, histories of at most 12
 // steps) in dir/data, and options that train `config_path` on it into dir/model.
 TrainEvalOptions MockDataOptions(const TempDir& dir, const protos::EasyRecConfig& config,

@@ -49,7 +49,7 @@ class GemmTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Row-major C[M,N] = op(A) op(B) (+ C when accumulate).
+// Row-major C[M,N] = op(A) op(B) (C is overwritten).
 void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const float* a,
            int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
   GemmTimer timer;
