@@ -6,9 +6,10 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
-#include <unordered_map>
+#include <vector>
 
 #include "tzrec/common/error.h"
+#include "tzrec/embedding/hash_row_index.h"
 
 namespace tzrec {
 
@@ -32,25 +33,27 @@ void ExchangeSparseGradients(ProcessGroup& pg, at::Tensor* rows, at::Tensor* gra
   // Merge in rank order: every rank computes the identical result.
   const int64_t* rp = all_rows.data_ptr<int64_t>();
   const float* gp = all_grads.data_ptr<float>();
-  std::unordered_map<int64_t, int64_t> slot_of;
-  std::vector<int64_t> merged_rows;
+  std::vector<int64_t> rank_counts(world);
+  int64_t total = 0;
+  for (int r = 0; r < world; ++r) total += rank_counts[r] = counts[r].item<int64_t>();
+  HashRowIndex slot_of;  // open addressing: std::unordered_map's node per row cost more than the sums
+  slot_of.Reserve(total);
   std::vector<float> merged;
+  merged.reserve(static_cast<size_t>(total * dim));
   const float scale = 1.0f / static_cast<float>(world);
   for (int r = 0; r < world; ++r) {
-    const int64_t count = counts[r].item<int64_t>();
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0; i < rank_counts[r]; ++i) {
       const int64_t at = r * longest + i;
-      auto inserted = slot_of.emplace(rp[at], static_cast<int64_t>(merged_rows.size()));
-      if (inserted.second) {
-        merged_rows.push_back(rp[at]);
-        merged.resize(merged.size() + dim, 0.0f);
-      }
-      float* out = merged.data() + inserted.first->second * dim;
+      bool inserted = false;
+      const int64_t slot = slot_of.FindOrInsert(rp[at], &inserted);
+      if (inserted) merged.resize(merged.size() + dim, 0.0f);
+      float* out = merged.data() + slot * dim;
       const float* g = gp + at * dim;
       for (int64_t d = 0; d < dim; ++d) out[d] += g[d];
     }
   }
   for (float& v : merged) v *= scale;
+  const std::vector<int64_t>& merged_rows = slot_of.ids();
   const int64_t m = static_cast<int64_t>(merged_rows.size());
   *rows = at::empty({m}, at::kLong);
   *grads = at::empty({m, dim}, at::kFloat);

@@ -1,7 +1,5 @@
 #include "tzrec/embedding/fused_lookup.h"
 
-#include <unordered_map>
-
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <ATen/ops/empty.h>
@@ -13,6 +11,7 @@
 #include <cstring>
 
 #include "tzrec/common/error.h"
+#include "tzrec/embedding/hash_row_index.h"
 
 namespace tzrec {
 namespace {
@@ -121,30 +120,32 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
 // Gradients summed per row, rows in first-touch order (so every rank merges identically).
 class RowGradientSum {
  public:
-  explicit RowGradientSum(int dim) : dim_(dim) {}
+  // `expected_rows`: a guess of the distinct rows (at most the ids added), to size the map once.
+  explicit RowGradientSum(int dim, int64_t expected_rows = 0) : dim_(dim) {
+    slot_of_.Reserve(expected_rows);
+    sums_.reserve(static_cast<size_t>(expected_rows * dim));
+  }
   void Add(int64_t row, const float* grad, float factor) {
-    auto inserted = slot_of_.emplace(row, static_cast<int64_t>(rows_.size()));
-    if (inserted.second) {
-      rows_.push_back(row);
-      sums_.resize(sums_.size() + dim_, 0.0f);
-    }
-    float* s = sums_.data() + inserted.first->second * dim_;
+    bool inserted = false;
+    const int64_t slot = slot_of_.FindOrInsert(row, &inserted);
+    if (inserted) sums_.resize(sums_.size() + dim_, 0.0f);
+    float* s = sums_.data() + slot * dim_;
     for (int d = 0; d < dim_; ++d) s[d] += grad[d] * factor;
   }
-  // rows int64 [n], sums float [n, dim].
+  // rows int64 [n] in first-touch order, sums float [n, dim].
   std::pair<at::Tensor, at::Tensor> Tensors() const {
-    const int64_t n = static_cast<int64_t>(rows_.size());
+    const std::vector<int64_t>& rows = slot_of_.ids();
+    const int64_t n = static_cast<int64_t>(rows.size());
     at::Tensor row_tensor = at::empty({n}, at::TensorOptions().dtype(at::kLong));
     at::Tensor grad_tensor = at::empty({n, dim_}, at::TensorOptions().dtype(at::kFloat));
-    std::copy(rows_.begin(), rows_.end(), row_tensor.data_ptr<int64_t>());
+    std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
     std::copy(sums_.begin(), sums_.end(), grad_tensor.data_ptr<float>());
     return {row_tensor, grad_tensor};
   }
 
  private:
   int dim_;
-  std::unordered_map<int64_t, int64_t> slot_of_;
-  std::vector<int64_t> rows_;
+  HashRowIndex slot_of_;  // open addressing: std::unordered_map's node per row cost more than the sums
   std::vector<float> sums_;
 };
 
@@ -155,7 +156,11 @@ std::pair<at::Tensor, at::Tensor> RowGradientSums(int dim, const std::vector<Loo
   int64_t shared = 0;  // lookups in the shared [bags, shared * dim] gradient, in order
   for (const LookupArgs& l : lookups) shared += l.own_bags < 0 ? 1 : 0;
   const int64_t width = shared * dim;
-  RowGradientSum sum(dim);
+  int64_t ids = 0;
+  for (const LookupArgs& l : lookups) {
+    if (l.trainable) ids += l.offsets[l.own_bags >= 0 ? l.own_bags : bags];
+  }
+  RowGradientSum sum(dim, ids);
   int64_t shared_index = -1;
   for (size_t k = 0; k < lookups.size(); ++k) {
     const LookupArgs& l = lookups[k];

@@ -1,5 +1,6 @@
 // The id -> row map of a hash-stored embedding table: rows are handed out in order of first
-// touch, so a table's memory follows the ids actually seen rather than its declared size.
+// touch, so a table's memory follows the ids actually seen rather than its declared size. Also
+// the row -> slot map of per-step gradient sums (fused_lookup.cc, dist/data_parallel.cc).
 //
 // A thin wrapper over tsl::robin_map (Debian's robin-map-dev: open addressing with
 // robin-hood probing, about 3x faster than std::unordered_map on the per-batch lookups here).
@@ -27,6 +28,8 @@ class HashRowIndex {
   // id of each row, in row order.
   const std::vector<int64_t>& ids() const { return ids_; }
   void Clear();
+  // Room for `n` ids without rehashing.
+  void Reserve(int64_t n);
 
  private:
   struct Map;
