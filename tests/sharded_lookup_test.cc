@@ -10,12 +10,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "tzrec/embedding/sparse_optimizer.h"
 
 namespace tzrec {
@@ -27,24 +26,10 @@ constexpr int kDim = 5;
 
 // What the ranks post for one collective, and a barrier between its phases.
 struct Hub {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int arrived = 0;
-  int64_t generation = 0;
   std::vector<at::Tensor> posted = std::vector<at::Tensor>(kWorld);
   std::vector<std::vector<int64_t>> counts = std::vector<std::vector<int64_t>>(kWorld);
-
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mutex);
-    const int64_t mine = generation;
-    if (++arrived == kWorld) {
-      arrived = 0;
-      ++generation;
-      changed.notify_all();
-    } else {
-      changed.wait(lock, [&] { return generation != mine; });
-    }
-  }
+  testing::ThreadBarrier barrier{kWorld};
+  void Wait() { barrier.Wait(); }
 };
 
 class ThreadComm : public ShardComm {

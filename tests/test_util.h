@@ -1,9 +1,13 @@
-// Helpers shared by tests: temp directories, file writing, expecting tzrec::Error.
+// Helpers shared by tests: temp directories, file writing, expecting tzrec::Error, a barrier
+// for ranks simulated as threads.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 
 #include "tzrec/common/error.h"
@@ -30,6 +34,30 @@ std::string ReferenceConfig(const std::string& name);
 // Runs `body` once per CpuKernels variant this CPU can run (baseline, avx2, avx512), each
 // made active in turn, so fused kernels are checked in every compiled instruction set.
 void ForEachCpuIsa(const std::function<void()>& body);
+
+// `parties` threads meet at Wait(); reusable (each round is a generation). Thread-safe.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int parties) : parties_(parties) {}
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t mine = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      changed_.notify_all();
+    } else {
+      changed_.wait(lock, [&] { return generation_ != mine; });
+    }
+  }
+
+ private:
+  const int parties_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
 
 }  // namespace testing
 }  // namespace tzrec

@@ -8,16 +8,15 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "tzrec/common/collectives.h"
 #include "tzrec/metrics/metric.h"
 #include "tzrec/protos/metric.pb.h"
@@ -150,7 +149,7 @@ inline double NaiveXauc(const float* preds, const float* labels, size_t n) {
 // order; each call meets the others at a barrier.
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int world) : world_(world), sums_(world), bytes_(world) {}
+  explicit ThreadGroup(int world) : world_(world), sums_(world), bytes_(world), barrier_(world) {}
   int world() const { return world_; }
 
   void AllReduceSum(int rank, std::vector<double>* values) {
@@ -177,26 +176,13 @@ class ThreadGroup {
   int calls(int rank) const { return calls_[rank]; }
 
  private:
-  void Barrier() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const int64_t generation = generation_;
-    if (++arrived_ == world_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
+  void Barrier() { barrier_.Wait(); }
 
   int world_;
   std::vector<std::vector<double>> sums_;
   std::vector<std::string> bytes_;
   int calls_[16] = {};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  int64_t generation_ = 0;
+  tzrec::testing::ThreadBarrier barrier_;
 };
 
 class ThreadCollectives : public Collectives {
