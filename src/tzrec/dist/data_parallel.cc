@@ -6,10 +6,11 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
+#include <tuple>
 #include <vector>
 
 #include "tzrec/common/error.h"
-#include "tzrec/embedding/hash_row_index.h"
+#include "tzrec/embedding/row_gradient_sum.h"
 
 namespace tzrec {
 
@@ -36,29 +37,14 @@ void ExchangeSparseGradients(ProcessGroup& pg, at::Tensor* rows, at::Tensor* gra
   std::vector<int64_t> rank_counts(world);
   int64_t total = 0;
   for (int r = 0; r < world; ++r) total += rank_counts[r] = counts[r].item<int64_t>();
-  HashRowIndex slot_of;  // open addressing: std::unordered_map's node per row cost more than the sums
-  slot_of.Reserve(total);
-  std::vector<float> merged;
-  merged.reserve(static_cast<size_t>(total * dim));
-  const float scale = 1.0f / static_cast<float>(world);
+  RowGradientSum merged(static_cast<int>(dim), total);
   for (int r = 0; r < world; ++r) {
     for (int64_t i = 0; i < rank_counts[r]; ++i) {
       const int64_t at = r * longest + i;
-      bool inserted = false;
-      const int64_t slot = slot_of.FindOrInsert(rp[at], &inserted);
-      if (inserted) merged.resize(merged.size() + dim, 0.0f);
-      float* out = merged.data() + slot * dim;
-      const float* g = gp + at * dim;
-      for (int64_t d = 0; d < dim; ++d) out[d] += g[d];
+      merged.Add(rp[at], gp + at * dim, 1.0f);
     }
   }
-  for (float& v : merged) v *= scale;
-  const std::vector<int64_t>& merged_rows = slot_of.ids();
-  const int64_t m = static_cast<int64_t>(merged_rows.size());
-  *rows = at::empty({m}, at::kLong);
-  *grads = at::empty({m, dim}, at::kFloat);
-  std::copy(merged_rows.begin(), merged_rows.end(), rows->data_ptr<int64_t>());
-  std::copy(merged.begin(), merged.end(), grads->data_ptr<float>());
+  std::tie(*rows, *grads) = merged.Tensors(1.0f / static_cast<float>(world));
 }
 
 void AllReduceDenseGradients(ProcessGroup& pg, const std::vector<at::Tensor>& params) {

@@ -411,9 +411,7 @@ const TableShard* EmbeddingCollection::ShardOf(const EmbeddingTable* table) cons
 }
 
 at::Tensor EmbeddingCollection::LocalPart(const TableShard& shard, const at::Tensor& logical, bool columns) {
-  const int64_t n = shard.local_rows(shard.rank), first = shard.row_offset(shard.rank);
-  at::Tensor rows = n == 0 ? logical.narrow(0, 0, 0)
-                           : logical.slice(0, first, first + (n - 1) * shard.row_step() + 1, shard.row_step());
+  at::Tensor rows = shard.RowsOf(shard.rank, logical);
   if (!columns || shard.type != TableShard::Type::kColumnWise) return rows;
   return rows.narrow(1, shard.column_begin(shard.rank), shard.local_dim(shard.rank));
 }
@@ -463,10 +461,9 @@ std::map<std::string, at::Tensor> EmbeddingCollection::GatherTable(const Embeddi
       // Every logical row is on exactly one rank: rank r's local rows go to its logical rows.
       logical = at::empty({shard.rows, width_on(shard.rank)}, at::kFloat);
       for (int r = 0; r < world; ++r) {
-        const int64_t n = shard.local_rows(r), first = shard.row_offset(r);
+        const int64_t n = shard.local_rows(r);
         if (n == 0) continue;
-        logical.slice(0, first, first + (n - 1) * shard.row_step() + 1, shard.row_step())
-            .copy_(all.narrow(0, r * stride, n).narrow(1, 0, width_on(r)));
+        shard.RowsOf(r, logical).copy_(all.narrow(0, r * stride, n).narrow(1, 0, width_on(r)));
       }
     }
     out[name] = logical.contiguous();

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "tzrec/common/error.h"
-#include "tzrec/embedding/hash_row_index.h"
+#include "tzrec/embedding/row_gradient_sum.h"
 
 namespace tzrec {
 namespace {
@@ -116,38 +116,6 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
     }
   });
 }
-
-// Gradients summed per row, rows in first-touch order (so every rank merges identically).
-class RowGradientSum {
- public:
-  // `expected_rows`: a guess of the distinct rows (at most the ids added), to size the map once.
-  explicit RowGradientSum(int dim, int64_t expected_rows = 0) : dim_(dim) {
-    slot_of_.Reserve(expected_rows);
-    sums_.reserve(static_cast<size_t>(expected_rows * dim));
-  }
-  void Add(int64_t row, const float* grad, float factor) {
-    bool inserted = false;
-    const int64_t slot = slot_of_.FindOrInsert(row, &inserted);
-    if (inserted) sums_.resize(sums_.size() + dim_, 0.0f);
-    float* s = sums_.data() + slot * dim_;
-    for (int d = 0; d < dim_; ++d) s[d] += grad[d] * factor;
-  }
-  // rows int64 [n] in first-touch order, sums float [n, dim].
-  std::pair<at::Tensor, at::Tensor> Tensors() const {
-    const std::vector<int64_t>& rows = slot_of_.ids();
-    const int64_t n = static_cast<int64_t>(rows.size());
-    at::Tensor row_tensor = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-    at::Tensor grad_tensor = at::empty({n, dim_}, at::TensorOptions().dtype(at::kFloat));
-    std::copy(rows.begin(), rows.end(), row_tensor.data_ptr<int64_t>());
-    std::copy(sums_.begin(), sums_.end(), grad_tensor.data_ptr<float>());
-    return {row_tensor, grad_tensor};
-  }
-
- private:
-  int dim_;
-  HashRowIndex slot_of_;  // open addressing: std::unordered_map's node per row cost more than the sums
-  std::vector<float> sums_;
-};
 
 // Each touched row's gradient summed over the lookups: rows int64 [n] (global rows of the
 // storage), sums float [n, dim].

@@ -6,6 +6,12 @@ namespace tzrec {
 
 int64_t TableShard::row_offset(int r) const { return type == Type::kRowWise ? r : 0; }
 
+at::Tensor TableShard::RowsOf(int r, const at::Tensor& logical) const {
+  const int64_t n = local_rows(r), first = row_offset(r);
+  if (n == 0) return logical.narrow(0, 0, 0);
+  return logical.slice(0, first, first + (n - 1) * row_step() + 1, row_step());
+}
+
 int64_t TableShard::local_rows(int r) const {
   switch (type) {
     case Type::kTableWise: return r == owner ? rows : 0;

@@ -57,6 +57,8 @@ struct TableShard {
   // and its row there.
   int OwnerOfRow(int64_t row) const;
   int64_t LocalRow(int64_t row) const { return type == Type::kRowWise ? row / world_size : row; }
+  // The rows of a logical table (dim 0 of `logical`) that rank r holds, as a strided view.
+  at::Tensor RowsOf(int r, const at::Tensor& logical) const;
 
   static Type ParseType(const std::string& name);
   static const char* TypeName(Type type);
