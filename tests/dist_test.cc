@@ -56,6 +56,8 @@ TEST(Distributed, LaunchRunsRanksAndTheirCollectives) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("[rank 0] dist_check: rank 0 of 2 ok"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("[rank 1] dist_check: rank 1 of 2 ok"), std::string::npos) << run.output;
+  // Both ranks on this host: the collectives go through shared memory.
+  EXPECT_NE(run.output.find("collectives through shared memory"), std::string::npos) << run.output;
   // Two "nodes" of one rank each (the multi-node command line, here on one machine).
   const std::string nodes = std::string(TZREC_BINARY) + " launch --nnodes 2 --nproc_per_node 1 --master_port " +
                             std::to_string(FreePort()) + " --node_rank ";
@@ -63,6 +65,12 @@ TEST(Distributed, LaunchRunsRanksAndTheirCollectives) {
   EXPECT_EQ(pair.exit_code, 0) << pair.output;
   EXPECT_NE(pair.output.find("[rank 0] dist_check: rank 0 of 2 ok"), std::string::npos) << pair.output;
   EXPECT_NE(pair.output.find("[rank 1] dist_check: rank 1 of 2 ok"), std::string::npos) << pair.output;
+  EXPECT_NE(pair.output.find("collectives over Gloo (TCP)"), std::string::npos) << pair.output;
+  // Gloo on one host when asked for.
+  ShellRun gloo = RunShell("TZREC_SHM_COLLECTIVES=0 " + std::string(TZREC_BINARY) + " launch --nproc_per_node 2 --master_port " +
+                           std::to_string(FreePort()) + " -- dist_check");
+  EXPECT_EQ(gloo.exit_code, 0) << gloo.output;
+  EXPECT_NE(gloo.output.find("collectives over Gloo (TCP)"), std::string::npos) << gloo.output;
 }
 
 TEST(Distributed, ADeadRankFailsTheJobNamingIt) {

@@ -15,12 +15,14 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include "tzrec/common/error.h"
 #include "tzrec/common/logging.h"
 #include "tzrec/common/strings.h"
+#include "tzrec/dist/shm_transport.h"
 
 namespace tzrec {
 namespace {
@@ -37,6 +39,27 @@ int EnvInt(std::initializer_list<const char*> names, int fallback, int lo, int h
     return static_cast<int>(parsed);
   }
   return fallback;
+}
+
+// TZREC_SHM_COLLECTIVES=0 keeps Gloo's TCP transport even when every rank is on this host.
+bool ShmCollectivesWanted(const DistEnv& env) {
+  const char* flag = std::getenv("TZREC_SHM_COLLECTIVES");
+  if (flag && std::string(flag) == "0") return false;
+  if (flag && *flag && std::string(flag) != "1") {
+    Fail("environment variable TZREC_SHM_COLLECTIVES='", flag, "' must be 0 or 1");
+  }
+  return env.world_size > 1 && env.local_world_size == env.world_size;
+}
+
+// ShmTransport's type of a tensor's elements, or false when it has none.
+bool ShmType(at::ScalarType type, ShmTransport::Type* out) {
+  switch (type) {
+    case at::kFloat: *out = ShmTransport::Type::kFloat32; return true;
+    case at::kDouble: *out = ShmTransport::Type::kFloat64; return true;
+    case at::kLong: *out = ShmTransport::Type::kInt64; return true;
+    case at::kInt: *out = ShmTransport::Type::kInt32; return true;
+    default: return false;
+  }
 }
 
 // c10d's messages carry a C++ backtrace after the first line.
@@ -80,7 +103,10 @@ c10::intrusive_ptr<c10d::TCPStore> StoreClient(const DistEnv& env, std::chrono::
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  // Every rank on this host: collectives through shared memory (null: Gloo over TCP).
+  std::unique_ptr<ShmTransport> shm;
   std::atomic<int64_t> collectives{0};
+  std::atomic<int64_t> collective_nanos{0};
   std::atomic<bool> stop{false};
   std::mutex mutex;
   std::condition_variable wake;
@@ -176,20 +202,71 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Create(const DistEnv& env) {
     pg->impl_->store = prefixed;
     pg->impl_->group = group;
     pg->impl_->StartHeartbeat(env);
+    if (ShmCollectivesWanted(env)) pg->SetUpSharedMemory();
   } catch (const std::exception& e) {
     Fail("rank ", env.rank, ": cannot join the process group at ", env.master_addr, ":",
          env.master_port, " (world size ", env.world_size, ", timeout ", env.timeout.count(),
          " s): ", e.what());
   }
   LOG_INFO << "rank " << env.rank << " of " << env.world_size << " joined the process group at "
-           << env.master_addr << ":" << env.master_port;
+           << env.master_addr << ":" << env.master_port << "; collectives "
+           << (pg->impl_->shm ? "through shared memory (every rank on this host)" : "over Gloo (TCP)");
   return pg;
+}
+
+void ProcessGroup::SetUpSharedMemory() {
+  // The ranks agree on a name prefix (rank 0's random token) and on whether every rank could
+  // create and map the segments; any failure keeps Gloo everywhere, with the reason logged.
+  at::Tensor token = at::empty({1}, at::kLong);
+  if (env_.rank == 0) {
+    std::random_device device;
+    token.data_ptr<int64_t>()[0] =
+        static_cast<int64_t>((static_cast<uint64_t>(device()) << 32 ^ device() ^ static_cast<uint64_t>(getpid())) >> 1);
+  }
+  std::vector<at::Tensor> tensors = {token};
+  impl_->group->broadcast(tensors)->wait();
+  char name[32];
+  std::snprintf(name, sizeof(name), "%llx", static_cast<unsigned long long>(token.data_ptr<int64_t>()[0]));
+  std::unique_ptr<ShmTransport> shm;
+  std::string failure;
+  auto agree = [&](const char* stage) {
+    at::Tensor failed = at::full({1}, failure.empty() ? 0 : 1, at::kLong);
+    std::vector<at::Tensor> flags = {failed};
+    impl_->group->allreduce(flags)->wait();
+    if (failure.empty() && failed.data_ptr<int64_t>()[0] > 0) failure = StrCat("another rank failed to ", stage);
+    return failure.empty();
+  };
+  try {
+    shm = std::make_unique<ShmTransport>(name, env_.rank, env_.world_size,
+                                         std::chrono::duration_cast<std::chrono::milliseconds>(env_.timeout));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (agree("create its shared-memory segment")) {
+    try {
+      shm->Connect();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  const bool connected = agree("map the shared-memory segments");
+  if (shm) shm->UnlinkControlName();  // every rank has mapped it (or gave up)
+  if (!connected) {
+    LOG_WARNING << "rank " << env_.rank << ": shared-memory collectives unavailable (" << failure
+                << "); using Gloo over TCP";
+    return;
+  }
+  impl_->shm = std::move(shm);
 }
 
 void ProcessGroup::Wait(const char* what, const std::function<void()>& run) {
   impl_->collectives.fetch_add(1);
+  const auto start = std::chrono::steady_clock::now();
   try {
     run();
+    impl_->collective_nanos.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count(),
+        std::memory_order_relaxed);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -200,12 +277,37 @@ void ProcessGroup::Wait(const char* what, const std::function<void()>& run) {
   }
 }
 
+double ProcessGroup::collective_milliseconds() const {
+  return static_cast<double>(impl_->collective_nanos.load(std::memory_order_relaxed)) / 1e6;
+}
+
 void ProcessGroup::AllReduceSum(std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return;
+  ShmTransport::Type type;
+  bool by_shm = impl_->shm != nullptr;
+  for (const at::Tensor& t : tensors) by_shm = by_shm && t.is_contiguous() && ShmType(t.scalar_type(), &type);
+  if (by_shm) {
+    Wait("allreduce", [&] {
+      for (at::Tensor& t : tensors) {
+        ShmType(t.scalar_type(), &type);
+        impl_->shm->AllReduceSum(t.data_ptr(), t.numel(), type);
+      }
+    });
+    return;
+  }
   Wait("allreduce", [&] { impl_->group->allreduce(tensors)->wait(); });
 }
 
 at::Tensor ProcessGroup::AllGather(const at::Tensor& input) {
+  if (impl_->shm) {
+    const at::Tensor in = input.contiguous();
+    std::vector<int64_t> shape = in.sizes().vec();
+    if (shape.empty()) shape.push_back(1);
+    shape[0] *= env_.world_size;
+    at::Tensor out = at::empty(shape, in.options());
+    Wait("allgather", [&] { impl_->shm->AllGather(in.data_ptr(), static_cast<int64_t>(in.nbytes()), out.data_ptr()); });
+    return out;
+  }
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < env_.world_size; ++r) outputs[0].push_back(at::empty_like(input));
   std::vector<at::Tensor> inputs = {input.contiguous()};
@@ -220,7 +322,12 @@ std::vector<int64_t> ProcessGroup::ExchangeCounts(const std::vector<int64_t>& se
                         .clone();
   at::Tensor recv = at::empty({env_.world_size}, at::kLong);
   std::vector<int64_t> ones(env_.world_size, 1);
-  Wait("alltoall", [&] { impl_->group->alltoall_base(recv, send, ones, ones)->wait(); });
+  if (impl_->shm) {
+    const std::vector<int64_t> bytes(env_.world_size, sizeof(int64_t));
+    Wait("alltoall", [&] { impl_->shm->AllToAll(send.data_ptr(), bytes, recv.data_ptr(), bytes); });
+  } else {
+    Wait("alltoall", [&] { impl_->group->alltoall_base(recv, send, ones, ones)->wait(); });
+  }
   return std::vector<int64_t>(recv.data_ptr<int64_t>(), recv.data_ptr<int64_t>() + env_.world_size);
 }
 
@@ -234,6 +341,19 @@ at::Tensor ProcessGroup::AllToAll(const at::Tensor& input, const std::vector<int
   at::Tensor in = input.contiguous();
   std::vector<int64_t> send(send_counts.begin(), send_counts.end());
   std::vector<int64_t> recv(recv_counts.begin(), recv_counts.end());
+  if (impl_->shm) {
+    // Counts are rows along dim 0; the transport moves bytes.
+    int64_t sent_rows = 0;
+    for (int64_t n : send) sent_rows += n;
+    TZREC_CHECK(in.dim() > 0 && sent_rows == in.size(0), "alltoall send counts do not add up to the input's rows");
+    int64_t row_elements = 1;
+    for (int64_t d = 1; d < in.dim(); ++d) row_elements *= in.size(d);
+    const int64_t bytes_per_row = row_elements * static_cast<int64_t>(in.element_size());
+    for (int64_t& n : send) n *= bytes_per_row;
+    for (int64_t& n : recv) n *= bytes_per_row;
+    Wait("alltoall", [&] { impl_->shm->AllToAll(in.data_ptr(), send, output.data_ptr(), recv); });
+    return output;
+  }
   Wait("alltoall", [&] { impl_->group->alltoall_base(output, in, recv, send)->wait(); });
   return output;
 }
@@ -242,6 +362,14 @@ void ProcessGroup::Broadcast(std::vector<at::Tensor>& tensors, int root) {
   if (tensors.empty()) return;
   c10d::BroadcastOptions options;
   options.rootRank = root;
+  bool by_shm = impl_->shm != nullptr;
+  for (const at::Tensor& t : tensors) by_shm = by_shm && t.is_contiguous();
+  if (by_shm) {
+    Wait("broadcast", [&] {
+      for (at::Tensor& t : tensors) impl_->shm->Broadcast(t.data_ptr(), static_cast<int64_t>(t.nbytes()), root);
+    });
+    return;
+  }
   Wait("broadcast", [&] { impl_->group->broadcast(tensors, options)->wait(); });
 }
 
@@ -263,6 +391,10 @@ std::vector<std::string> ProcessGroup::AllGatherStrings(const std::string& value
 }
 
 void ProcessGroup::Barrier() {
+  if (impl_->shm) {
+    Wait("barrier", [&] { impl_->shm->Barrier(); });
+    return;
+  }
   Wait("barrier", [&] { impl_->group->barrier()->wait(); });
 }
 

@@ -4,7 +4,9 @@
 // MASTER_ADDR, MASTER_PORT) or Open MPI's (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK /
 // _LOCAL_SIZE, so `mpirun` can start ranks), and PROCESS_GROUP_TIMEOUT_SECONDS. Without
 // them the job has one rank and no process group is created. ProcessGroup::Create does the
-// c10d TCPStore rendezvous (rank 0 hosts the store) and builds a ProcessGroupGloo (CPU).
+// c10d TCPStore rendezvous (rank 0 hosts the store) and builds a ProcessGroupGloo (CPU); when
+// every rank runs on this host (LOCAL_WORLD_SIZE == WORLD_SIZE) the collectives themselves go
+// through shared memory (shm_transport.h) unless TZREC_SHM_COLLECTIVES=0.
 // Every collective has the timeout: a rank that died or hangs makes the others fail with an
 // error instead of waiting forever, and the error names that rank (per-rank heartbeats in the
 // store; a background thread per rank beats once a second).
@@ -69,9 +71,14 @@ class ProcessGroup {
   // Fails on every rank, naming the first differing rank, when `value` differs between ranks
   // (e.g. a fingerprint of the pipeline config).
   void CheckSameOnAllRanks(const std::string& what, const std::string& value);
+  // Wall time spent inside collectives so far (transfer plus waiting for slower ranks), for
+  // the step-time breakdown.
+  double collective_milliseconds() const;
 
  private:
   explicit ProcessGroup(DistEnv env);
+  // Every rank on one host: agree on shared-memory collectives (or log why not and keep Gloo).
+  void SetUpSharedMemory();
   // Waits for a collective, turning c10d/Gloo errors into tzrec::Error naming the rank that
   // stopped answering (from the heartbeats, see process_group.cc).
   void Wait(const char* what, const std::function<void()>& run);

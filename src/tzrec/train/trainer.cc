@@ -227,6 +227,7 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   }
   auto last = std::chrono::steady_clock::now();
   const double gemm_ms_before = FastLinearGemmMilliseconds();
+  const double collective_ms_before = CollectiveMilliseconds();
   size_t phase = 0;
   auto lap = [&](const char* name) {
     const auto now = std::chrono::steady_clock::now();
@@ -272,6 +273,7 @@ Trainer::StepResult Trainer::TrainStep(const Batch& batch, int64_t step, int64_t
   }
   lap("train_metrics");
   phase_gemm_ms_ += FastLinearGemmMilliseconds() - gemm_ms_before;
+  phase_collective_ms_ += CollectiveMilliseconds() - collective_ms_before;
   ++phase_steps_;
   StepResult result;
   for (auto& [name, loss] : losses) result.losses.emplace_back(name, loss.detach());
@@ -362,6 +364,10 @@ std::vector<std::pair<std::string, double>> Trainer::GradientNorms() const {
   return norms;
 }
 
+double Trainer::CollectiveMilliseconds() const {
+  return dist_ && dist_->distributed() ? dist_->pg->collective_milliseconds() : 0.0;
+}
+
 std::string Trainer::TakePhaseReport() {
   std::string text;
   for (auto& [name, ms] : phase_ms_) {
@@ -377,7 +383,14 @@ std::string Trainer::TakePhaseReport() {
   std::snprintf(buf, sizeof(buf), "; of these, FastLinear GEMMs %.2f",
                 phase_steps_ ? phase_gemm_ms_ / static_cast<double>(phase_steps_) : 0.0);
   text += buf;
+  if (dist_ && dist_->distributed()) {
+    // Sharded lookups' exchanges and gradient reductions, waiting for slower ranks included.
+    std::snprintf(buf, sizeof(buf), ", collectives %.2f",
+                  phase_steps_ ? phase_collective_ms_ / static_cast<double>(phase_steps_) : 0.0);
+    text += buf;
+  }
   phase_gemm_ms_ = 0.0;
+  phase_collective_ms_ = 0.0;
   phase_steps_ = 0;
   return text;
 }

@@ -104,11 +104,12 @@ class Trainer {
   std::vector<std::pair<std::string, double>> GradientNorms() const;
 
   // Mean wall ms per step of TrainStep's phases since the last call ("forward 23.10, loss
-  // 0.20, backward 37.30, ...; of these, FastLinear GEMMs 48.00"; backward includes the
-  // tables' fused updates); resets.
+  // 0.20, backward 37.30, ...; of these, FastLinear GEMMs 48.00", plus ", collectives 9.10"
+  // in a distributed job; backward includes the tables' fused updates); resets.
   std::string TakePhaseReport();
 
  private:
+  double CollectiveMilliseconds() const;
   // Stop a step that went non-finite, naming the step and its losses / the parameter.
   void CheckFiniteLoss(const at::Tensor& total, const NamedLosses& losses, int64_t step) const;
   void CheckFiniteGradients(int64_t step) const;
@@ -129,6 +130,7 @@ class Trainer {
   std::vector<std::pair<std::string, double>> phase_ms_;
   int64_t phase_steps_ = 0;
   double phase_gemm_ms_ = 0.0;  // FastLinear's GEMM time over the same steps
+  double phase_collective_ms_ = 0.0;  // time in collectives over the same steps (distributed)
 };
 
 }  // namespace tzrec
