@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Distributed training throughput on this machine: DeepFM (bench/configs/deepfm_criteo_bench.config,
-# batch 4096 per rank) as 1 rank x 2 threads against 2 ranks x 1 thread (tzrec launch, Gloo on
-# loopback, data-parallel dense and embeddings; then with row_wise tables). Prints samples/s of
-# every round and, last, the ratios of the medians.
+# batch 4096 per rank) as 1 rank x 2 threads against 2 ranks x 1 thread (tzrec launch: shared-memory
+# collectives, or Gloo on loopback with TZREC_SHM_COLLECTIVES=0; data-parallel dense and
+# embeddings; then with row_wise tables). Prints samples/s of every round and, last, the ratios of
+# the medians and the transport the ranks used.
 # Env: STEPS timed steps (60), ROWS generated rows (409600; reuses bench/out/data if present),
 # RUNS rounds (3; the ratios are of the medians).
 set -euo pipefail
@@ -58,6 +59,8 @@ done
 one=$(printf '%s\n' "${ones[@]}" | median)
 two=$(printf '%s\n' "${twos[@]}" | median)
 rowwise=$(printf '%s\n' "${rowwises[@]}" | median)
+transport=$(grep -o -m1 'collectives \(through shared memory\|over Gloo (TCP)\)' $OUT/dist2rw.log || echo "collectives: unknown")
+echo "[dist] 2-rank runs: $transport"
 echo "[dist] medians of $RUNS: 1 rank x 2 threads: $one samples/s; 2 ranks x 1 thread: $two; row_wise tables: $rowwise"
 echo "dist ratio (2 ranks x 1 thread / 1 rank x 2 threads) = $(awk -v a=$two -v b=$one 'BEGIN {printf "%.2f", a/b}')" \
   "data_parallel, $(awk -v a=$rowwise -v b=$one 'BEGIN {printf "%.2f", a/b}') row_wise"

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <utility>
 
 namespace tzrec {
 namespace {
@@ -53,17 +54,22 @@ void* OpenSegment(const std::string& name, int64_t bytes) {
   return at;
 }
 
+// The command name and state letter of process `pid` from /proc ("" when there is none).
+std::pair<std::string, char> ProcessStat(int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return {"", 0};
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold spaces and parentheses).
+  const size_t open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 >= line.size()) return {"", 0};
+  return {line.substr(open + 1, close - open - 1), line[close + 2]};
+}
+
 // False once process `pid` has exited (gone, or a zombie its parent has not reaped yet).
 // Unlike a TCP peer, a dead process says nothing to shared memory, so waits check this.
 bool ProcessAlive(int64_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  // "pid (comm) S ...": the state follows the last ')' (comm may hold spaces and parentheses).
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return true;
-  const char state = line[close + 2];
-  return state != 'Z' && state != 'X';
+  const char state = ProcessStat(pid).second;
+  return state != 0 && state != 'Z' && state != 'X';
 }
 
 // Sequence numbers wrap at 2^32; a difference below 2^31 means "at or after".
@@ -163,6 +169,13 @@ void ShmTransport::Connect() {
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
     peers_[r]->control = static_cast<Control*>(OpenSegment(ControlName(token_, r), sizeof(Control)));
+    // Waits tell a dead peer by its pid, so the peers must be visible as themselves here (not
+    // so when ranks share /dev/shm from different PID namespaces, e.g. containers).
+    const int64_t pid = peers_[r]->control->pid;
+    if (ProcessStat(pid).first != ProcessStat(getpid()).first) {
+      throw std::runtime_error("rank " + std::to_string(r) + "'s process (pid " + std::to_string(pid) +
+                               ") is not visible from this one (another PID namespace?)");
+    }
   }
 }
 
