@@ -103,31 +103,6 @@ struct Outgoing {
   int64_t segments_to(int d) const { return seg_begin[d + 1] - seg_begin[d]; }
 };
 
-// TableShard's OwnerOfRow / LocalRow for one table, hoisted out of the per-id loops: a
-// power-of-two world (the usual 2, 4, 8 ranks) takes a mask and a shift instead of two 64-bit
-// divisions per id.
-struct RowPlacement {
-  bool row_wise;
-  int fixed_owner;  // the owner when not row_wise (table_wise: its rank; otherwise this rank)
-  int world;
-  int shift = -1;   // log2(world) when world is a power of two
-  explicit RowPlacement(const TableShard& shard)
-      : row_wise(shard.type == TableShard::Type::kRowWise),
-        fixed_owner(shard.type == TableShard::Type::kTableWise ? shard.owner : shard.rank),
-        world(shard.world_size) {
-    if ((world & (world - 1)) == 0) shift = __builtin_ctz(static_cast<unsigned>(world));
-  }
-  // For ids already checked to be in [0, rows).
-  int Owner(int64_t row) const {
-    if (!row_wise) return fixed_owner;
-    return shift >= 0 ? static_cast<int>(row & (world - 1)) : static_cast<int>(row % world);
-  }
-  int64_t Local(int64_t row) const {
-    if (!row_wise) return row;
-    return shift >= 0 ? row >> shift : row / world;
-  }
-};
-
 // Two passes: count what goes to each rank, then write every id and segment straight to its
 // place (no per-rank list grows as it goes; this runs for every id of every step).
 Outgoing GroupByOwner(const TableWork& t, const Layout& layout) {
@@ -135,7 +110,6 @@ Outgoing GroupByOwner(const TableWork& t, const Layout& layout) {
   const int world = shard.world_size;
   const bool to_every_rank = shard.type == TableShard::Type::kColumnWise;
   const float inverse_world = 1.0f / static_cast<float>(world);
-  const RowPlacement place(shard);
   const int64_t rows = shard.rows;
   std::vector<int64_t> id_count(world, 0), seg_count(world, 0);
   std::vector<int64_t> id_base;  // per lookup: its first id's index in `owner`
@@ -167,14 +141,14 @@ Outgoing GroupByOwner(const TableWork& t, const Layout& layout) {
         continue;
       }
       if (last - first == 1) {  // one id: one segment for its owner
-        const int d = place.Owner(values[first]);
+        const int d = shard.OwnerOfRow(values[first]);
         owner_of[first] = d;
         ++id_count[d];
         ++seg_count[d];
         continue;
       }
       for (int64_t i = first; i < last; ++i) {
-        const int d = place.Owner(values[i]);
+        const int d = shard.OwnerOfRow(values[i]);
         owner_of[i] = d;
         ++id_count[d];
         if (seen[d] != bag_index) {
@@ -230,7 +204,7 @@ Outgoing GroupByOwner(const TableWork& t, const Layout& layout) {
       if (last - first == 1) {  // the common single-id bag: one segment, one rank
         const int d = owner_of[first];
         if (t.weighted) out.weights[next_id[d]] = weights ? weights[first] : 1.0f;
-        out.ids[next_id[d]++] = place.Local(values[first]);
+        out.ids[next_id[d]++] = shard.LocalRow(values[first]);
         add_segment(d, 1);
         continue;
       }
@@ -240,7 +214,7 @@ Outgoing GroupByOwner(const TableWork& t, const Layout& layout) {
         for (int64_t i = first; i < last; ++i) {
           if (owner_of[i] != d) continue;
           if (t.weighted) out.weights[next_id[d]] = weights ? weights[i] : 1.0f;
-          out.ids[next_id[d]++] = place.Local(values[i]);
+          out.ids[next_id[d]++] = shard.LocalRow(values[i]);
           ++n;
         }
         if (n > 0) add_segment(d, n);

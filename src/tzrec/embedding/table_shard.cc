@@ -29,12 +29,6 @@ int TableShard::column_end(int r) const {
                                    : dim;
 }
 
-int TableShard::OwnerOfRow(int64_t row) const {
-  if (type == Type::kTableWise) return owner;
-  if (type == Type::kRowWise) return static_cast<int>(row % world_size);
-  return rank;
-}
-
 TableShard::Type TableShard::ParseType(const std::string& name) {
   if (name == "data_parallel") return Type::kDataParallel;
   if (name == "table_wise") return Type::kTableWise;

@@ -53,14 +53,23 @@ struct TableShard {
   int column_begin(int r) const;
   int column_end(int r) const;
   int local_dim(int r) const { return column_end(r) - column_begin(r); }
-  // The rank holding logical row `row` (table_wise / row_wise; any rank holds it otherwise),
-  // and its row there.
-  int OwnerOfRow(int64_t row) const;
-  int64_t LocalRow(int64_t row) const { return type == Type::kRowWise ? row / world_size : row; }
+  // The rank holding logical row `row` (>= 0; table_wise / row_wise; any rank holds it
+  // otherwise), and its row there. Inline, and a mask and shift for a power-of-two world: the
+  // sharded exchange calls these for every id of every step.
+  int OwnerOfRow(int64_t row) const {
+    if (type == Type::kTableWise) return owner;
+    if (type != Type::kRowWise) return rank;
+    return PowerOfTwoWorld() ? static_cast<int>(row & (world_size - 1)) : static_cast<int>(row % world_size);
+  }
+  int64_t LocalRow(int64_t row) const {
+    if (type != Type::kRowWise) return row;
+    return PowerOfTwoWorld() ? row >> __builtin_ctz(static_cast<unsigned>(world_size)) : row / world_size;
+  }
   // The rows of a logical table (dim 0 of `logical`) that rank r holds, as a strided view.
   at::Tensor RowsOf(int r, const at::Tensor& logical) const;
 
   static Type ParseType(const std::string& name);
+  bool PowerOfTwoWorld() const { return (world_size & (world_size - 1)) == 0; }
   static const char* TypeName(Type type);
 };
 
