@@ -280,7 +280,77 @@ void EmbeddingCollection::Materialize(MaterializeOptions options) {
     if (specs_[t].zch) zch_[t] = std::make_unique<ZchRowIndex>(*specs_[t].zch, specs_[t].name);
   }
   MaterializeDynamicTables();
+  PairCompanionStorages();
   materialized_ = true;
+}
+
+void EmbeddingCollection::PairCompanionStorages() {
+  const size_t n = storages_.size();
+  storage_companion_.assign(n, -1);
+  storage_rides_.assign(n, false);
+  companion_lookup_.assign(n, {});
+  for (size_t s = 0; s < n; ++s) companion_lookup_[s].assign(storage_lookups_[s].size(), -1);
+  if (std::getenv("TZREC_PAIRED_LOOKUPS") && std::strcmp(std::getenv("TZREC_PAIRED_LOOKUPS"), "0") == 0) return;
+  // A storage takes part when it is whole here, holds fp32 rows and reads plain tables (ids
+  // are rows: no hash-stored, zch or dynamicemb ones).
+  auto plain = [&](size_t s) {
+    if (storage_shards_[s].sharded() || storages_[s]->row_format() != RowFormat::kFloat32 ||
+        storages_[s]->int8_rows()) {
+      return false;
+    }
+    for (int i : storage_lookups_[s]) {
+      const int t = lookups_[i].table;
+      if (tables_[t]->hashed() || tables_[t]->managed() || specs_[t].zch || specs_[t].dynamicemb) return false;
+    }
+    return true;
+  };
+  for (size_t c = 0; c < n; ++c) {
+    if (storage_lookups_[c].empty() || !storage_sequence_lookups_[c].empty() || !plain(c)) continue;
+    // Each of the companion's tables is read by one lookup.
+    std::set<int> companion_tables;
+    bool one_lookup_per_table = true;
+    for (int i : storage_lookups_[c]) one_lookup_per_table &= companion_tables.insert(lookups_[i].table).second;
+    if (!one_lookup_per_table) continue;
+    for (size_t p = 0; p < n; ++p) {
+      if (p == c || storage_rides_[p] || storage_companion_[p] >= 0 || storage_rides_[c] ||
+          storage_companion_[c] >= 0 || !plain(p)) {
+        continue;
+      }
+      // Every companion lookup rides with the one lookup of the same feature in p, whose table
+      // has the same rows and trains alike, and is ridden by no other companion lookup.
+      std::vector<int> riding(storage_lookups_[p].size(), -1);
+      std::set<int> ridden_tables;
+      bool all = true;
+      for (int i : storage_lookups_[c]) {
+        int match = -1, matches = 0;
+        for (size_t k = 0; k < storage_lookups_[p].size(); ++k) {
+          if (lookups_[storage_lookups_[p][k]].feature == lookups_[i].feature) {
+            match = static_cast<int>(k);
+            ++matches;
+          }
+        }
+        if (matches != 1) {
+          all = false;
+          break;
+        }
+        const int pt = lookups_[storage_lookups_[p][match]].table, ct = lookups_[i].table;
+        if (specs_[pt].rows != specs_[ct].rows || specs_[pt].trainable != specs_[ct].trainable ||
+            !ridden_tables.insert(pt).second) {
+          all = false;
+          break;
+        }
+        riding[match] = i;
+      }
+      if (!all) continue;
+      storage_companion_[p] = static_cast<int>(c);
+      storage_rides_[c] = true;
+      companion_lookup_[p] = std::move(riding);
+      LOG_DEBUG << "embedding lookups: the " << storage_lookups_[c].size() << " lookups of dim "
+                << storages_[c]->dim() << " ride with those of dim " << storages_[p]->dim()
+                << " (same features: one pass over their ids)";
+      break;
+    }
+  }
 }
 
 LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
@@ -306,6 +376,7 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
   std::vector<size_t> sharded_storages;
   for (size_t s = 0; s < storages_.size(); ++s) {
     if (storage_lookups_[s].empty() && storage_sequence_lookups_[s].empty()) continue;
+    if (storage_rides_[s]) continue;  // looked up with the storage it rides with
     std::vector<LookupTensors> pooled, sequences;
     int64_t bags = -1;
     for (size_t k = 0; k < storage_lookups_[s].size(); ++k) {
@@ -347,7 +418,32 @@ LookupOutputs EmbeddingCollection::Lookup(const Batch& batch, bool training) {
       sharded_storages.push_back(s);
       continue;
     }
-    place(s, StorageLookup(storages_[s].get(), pooled, sequences, bags, training, exchange_ ? &exchange_ : nullptr));
+    const int c = storage_companion_[s];
+    if (c < 0) {
+      place(s, StorageLookup(storages_[s].get(), pooled, sequences, bags, training, exchange_ ? &exchange_ : nullptr));
+      continue;
+    }
+    CompanionLookups companion;
+    companion.storage = storages_[c].get();
+    companion.count = static_cast<int64_t>(storage_lookups_[c].size());
+    for (size_t k = 0; k < storage_lookups_[s].size(); ++k) {
+      const int riding = companion_lookup_[s][k];
+      int position = -1;
+      for (size_t j = 0; riding >= 0 && j < storage_lookups_[c].size(); ++j) {
+        if (storage_lookups_[c][j] == riding) position = static_cast<int>(j);
+      }
+      companion.tables.push_back(riding >= 0 ? tables_[lookups_[riding].table] : nullptr);
+      companion.positions.push_back(position);
+      if (riding >= 0) {
+        out.storage_of[riding] = c;
+        out.position_of[riding] = position;
+      }
+    }
+    std::vector<at::Tensor> outputs =
+        StorageLookup(storages_[s].get(), pooled, sequences, bags, training, exchange_ ? &exchange_ : nullptr, &companion);
+    out.storage_out[c] = outputs.back();
+    outputs.pop_back();
+    place(s, outputs);
   }
   if (!sharded.empty()) {
     std::vector<std::vector<at::Tensor>> outputs = ShardedLookups(comm_, sharded, training);

@@ -214,6 +214,16 @@ class EmbeddingCollection {
   // pointers handed to autograd stay valid) and the logical dim of its lookups' outputs.
   std::deque<TableShard> storage_shards_;
   std::vector<int> storage_out_dims_;
+  // Companion storages (fused_lookup.h's CompanionLookups): a storage all of whose lookups read
+  // features another storage also looks up - a feature's WIDE table beside its DEEP one - is
+  // looked up with that storage in one pass. Per storage: its companion's index (-1: none),
+  // whether it rides with another, and per lookup of storage_lookups_ the riding lookup's
+  // index in lookups_ (-1: none).
+  std::vector<int> storage_companion_;
+  std::vector<bool> storage_rides_;
+  std::vector<std::vector<int>> companion_lookup_;
+  // Chooses the companions (Materialize).
+  void PairCompanionStorages();
 };
 
 }  // namespace tzrec

@@ -192,6 +192,10 @@ class EmbeddingStorage {
     std::vector<int64_t> unique_rows;
     std::vector<float> grad_sums;
     std::vector<PartitionEntry> entries;  // with several partitions
+    // Paired backwards (a companion storage's rows updated in the same pass, CompanionRows).
+    std::vector<PairedPartitionEntry> paired_entries;
+    std::vector<int64_t> companion_rows;
+    std::vector<float> companion_sums;
   };
   // Row gradients kept by backwards while the optimizer defers updates (gradient
   // accumulation): (rows int64 [n], summed gradients float [n, dim]) per backward.

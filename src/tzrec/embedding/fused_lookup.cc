@@ -6,6 +6,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -82,26 +83,45 @@ RowUpdateParams MakeRowUpdateParams(const SparseOptimizerSpec& spec, int64_t ite
   return p;
 }
 
-void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
-                         int64_t bags, const float* grad, int64_t iteration) {
+// Ids of the trainable lookups of a backward.
+int64_t TrainableIds(const std::vector<LookupArgs>& lookups, int64_t bags) {
   int64_t total = 0;
   for (const LookupArgs& l : lookups) {
     if (l.trainable) total += l.offsets[l.own_bags >= 0 ? l.own_bags : bags];
   }
-  if (total == 0) return;
-  // Small batches are not worth a second pass over the ids.
-  const int64_t parts = total < 8192 ? 1 : at::get_num_threads();
-  int32_t* slots = storage->slots();  // allocated before the threads share it
+  return total;
+}
+
+// Small batches are not worth a second pass over the ids.
+int64_t BackwardPartitions(int64_t ids) { return ids < 8192 ? 1 : at::get_num_threads(); }
+
+// The fused backward's per-partition scratch for `ids` ids (companion_dim > 0: a paired one),
+// grown, never shrunk: re-allocating megabytes every step costs page faults.
+std::vector<EmbeddingStorage::BackwardScratch>& ScratchFor(EmbeddingStorage* storage, int64_t parts, int64_t ids,
+                                                           int companion_dim = 0) {
   std::vector<EmbeddingStorage::BackwardScratch>& scratch = storage->backward_scratch(parts);
+  auto grow = [](auto& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  };
   for (auto& s : scratch) {
-    // Grown, never shrunk: re-allocating megabytes every step costs page faults.
-    if (static_cast<int64_t>(s.unique_rows.size()) < total) {
-      s.unique_rows.resize(total);
-      s.grad_sums.resize(total * storage->dim());
-      if (parts > 1) s.entries.resize(total);
+    grow(s.unique_rows, ids);
+    grow(s.grad_sums, ids * storage->dim());
+    if (parts > 1) companion_dim > 0 ? grow(s.paired_entries, ids) : grow(s.entries, ids);
+    if (companion_dim > 0) {
+      grow(s.companion_rows, ids);
+      grow(s.companion_sums, ids * companion_dim);
     }
-    if (parts > 1 && static_cast<int64_t>(s.entries.size()) < total) s.entries.resize(total);
   }
+  return scratch;
+}
+
+void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups,
+                         int64_t bags, const float* grad, int64_t iteration) {
+  const int64_t total = TrainableIds(lookups, bags);
+  if (total == 0) return;
+  const int64_t parts = BackwardPartitions(total);
+  int32_t* slots = storage->slots();  // allocated before the threads share it
+  std::vector<EmbeddingStorage::BackwardScratch>& scratch = ScratchFor(storage, parts, total);
   const RowUpdateParams params = MakeRowUpdateParams(storage->optimizer().spec(), iteration);
   const CpuKernels& kernels = ActiveCpuKernels();
   const auto update = storage->row_format() == RowFormat::kFloat16    ? kernels.backward_update_partition_fp16
@@ -113,6 +133,96 @@ void FusedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs
           storage->data(), storage->row_width(), storage->dim(), slots, lookups.data(),
           static_cast<int>(lookups.size()), bags, grad, params, part, parts,
           scratch[part].unique_rows.data(), scratch[part].grad_sums.data(), scratch[part].entries.data());
+    }
+  });
+}
+
+// A call's CompanionLookups as the kernels and the unpaired fallback read it: per pooled
+// lookup (the call's first lookups) the companion table's first row (-1: none), output
+// position and rows.
+struct ResolvedCompanion {
+  EmbeddingStorage* storage = nullptr;
+  int64_t count = 0;
+  std::vector<int64_t> first_row;
+  std::vector<int32_t> position;
+  std::vector<int64_t> table_rows;
+};
+
+// How autograd keeps a ResolvedCompanion: {count, then (first_row, position, rows) per lookup}.
+std::vector<int64_t> CompanionMeta(const ResolvedCompanion& c) {
+  std::vector<int64_t> meta = {c.count};
+  for (size_t k = 0; k < c.first_row.size(); ++k) meta.insert(meta.end(), {c.first_row[k], c.position[k], c.table_rows[k]});
+  return meta;
+}
+
+ResolvedCompanion CompanionFromMeta(int64_t address, const std::vector<int64_t>& meta) {
+  ResolvedCompanion c;
+  c.storage = reinterpret_cast<EmbeddingStorage*>(address);
+  c.count = meta[0];
+  for (size_t i = 1; i + 2 < meta.size(); i += 3) {
+    c.first_row.push_back(meta[i]);
+    c.position.push_back(static_cast<int32_t>(meta[i + 1]));
+    c.table_rows.push_back(meta[i + 2]);
+  }
+  return c;
+}
+
+// The companion's own lookups (in its output's order) read from the call's pooled ones.
+std::vector<LookupArgs> CompanionArgs(const std::vector<LookupArgs>& args, const ResolvedCompanion& c) {
+  std::vector<LookupArgs> out(c.count);
+  for (size_t k = 0; k < c.first_row.size(); ++k) {
+    if (c.first_row[k] < 0) continue;
+    LookupArgs l = args[k];
+    l.first_row = c.first_row[k];
+    l.table_rows = c.table_rows[k];
+    out[c.position[k]] = l;
+  }
+  return out;
+}
+
+// Whether the paired kernels serve a call (else it runs as two unpaired ones): the fused
+// kernels are selected and both storages hold fp32 rows.
+bool PairedKernelsServe(const EmbeddingStorage& storage, const ResolvedCompanion& c) {
+  auto fp32 = [](const EmbeddingStorage& s) { return s.row_format() == RowFormat::kFloat32 && !s.int8_rows(); };
+  return &SelectedKernels() == &FusedKernels() && fp32(storage) && fp32(*c.storage);
+}
+
+// The kernels' view of `c` for a call of `lookups` lookups (those past the pooled ones, the
+// call's sequence lookups, have no companion).
+CompanionRows KernelCompanion(ResolvedCompanion& c, size_t lookups) {
+  c.first_row.resize(std::max(lookups, c.first_row.size()), -1);
+  c.position.resize(c.first_row.size(), 0);
+  c.table_rows.resize(c.first_row.size(), 0);
+  CompanionRows rows;
+  rows.data = c.storage->data();
+  rows.row_width = c.storage->row_width();
+  rows.dim = c.storage->dim();
+  rows.first_row = c.first_row.data();
+  rows.position = c.position.data();
+  rows.width = c.count * c.storage->dim();
+  return rows;
+}
+
+// The paired backward: `lookups`' rows and their companions', one pass (see CompanionRows).
+void FusedPairedBackwardUpdate(EmbeddingStorage* storage, const std::vector<LookupArgs>& lookups, int64_t bags,
+                               const float* grad, ResolvedCompanion c, const float* companion_grad) {
+  const int64_t total = TrainableIds(lookups, bags);
+  if (total == 0) return;
+  const int64_t parts = BackwardPartitions(total);
+  int32_t* slots = storage->slots();
+  std::vector<EmbeddingStorage::BackwardScratch>& scratch = ScratchFor(storage, parts, total, c.storage->dim());
+  const RowUpdateParams params = MakeRowUpdateParams(storage->optimizer().spec(), storage->optimizer().step() + 1);
+  CompanionRows companion = KernelCompanion(c, lookups.size());
+  companion.grad = companion_grad;
+  companion.params = MakeRowUpdateParams(c.storage->optimizer().spec(), c.storage->optimizer().step() + 1);
+  const CpuKernels& kernels = ActiveCpuKernels();
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      auto& s = scratch[part];
+      kernels.backward_update_partition_paired(
+          storage->data(), storage->row_width(), storage->dim(), slots, lookups.data(),
+          static_cast<int>(lookups.size()), bags, grad, params, part, parts, s.unique_rows.data(),
+          s.grad_sums.data(), s.paired_entries.data(), &companion, s.companion_rows.data(), s.companion_sums.data());
     }
   });
 }
@@ -186,10 +296,12 @@ void ExchangedBackwardUpdate(const SparseGradientExchange& exchange, EmbeddingSt
 
 struct StorageLookupFunction : public torch::autograd::Function<StorageLookupFunction> {
   // `anchor` requires grad so autograd records this node; the storage is not a variable.
+  // companion_address 0: no companion (companion_meta then unused; see CompanionMeta).
   static torch::autograd::variable_list forward(
       torch::autograd::AutogradContext* ctx, at::Tensor anchor, int64_t storage_address,
       int64_t exchange_address, std::vector<at::Tensor> values, std::vector<at::Tensor> offsets,
-      std::vector<int64_t> meta, std::vector<at::Tensor> weights, int64_t bags);
+      std::vector<int64_t> meta, std::vector<at::Tensor> weights, int64_t bags, int64_t companion_address,
+      std::vector<int64_t> companion_meta);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads);
 };
@@ -219,9 +331,9 @@ std::vector<LookupArgs> MakeArgs(const std::vector<at::Tensor>& values,
 }
 
 // Pooled lookups (shared layout) into one [bags, Lp*dim] tensor, then each sequence lookup into
-// its own [steps, dim].
+// its own [steps, dim], then (with a companion) the companion's [bags, count*dim].
 torch::autograd::variable_list RunForward(EmbeddingStorage* storage, const std::vector<LookupArgs>& args,
-                                          int64_t bags) {
+                                          int64_t bags, ResolvedCompanion* companion = nullptr) {
   std::vector<LookupArgs> pooled;
   for (const LookupArgs& a : args) {
     if (a.own_bags < 0) pooled.push_back(a);
@@ -229,29 +341,52 @@ torch::autograd::variable_list RunForward(EmbeddingStorage* storage, const std::
   const auto options = at::TensorOptions().dtype(at::kFloat);
   torch::autograd::variable_list outputs;
   at::Tensor pooled_out = at::empty({bags, static_cast<int64_t>(pooled.size()) * storage->dim()}, options);
-  auto forward = [&](const std::vector<LookupArgs>& lookups, int64_t count, float* out) {
-    StorageForward(storage, lookups, count, out);
-  };
-  if (!pooled.empty()) forward(pooled, bags, pooled_out.data_ptr<float>());
+  at::Tensor companion_out;
+  if (companion) {
+    companion_out = at::empty({bags, companion->count * companion->storage->dim()}, options);
+    if (PairedKernelsServe(*storage, *companion)) {
+      const CompanionRows rows = [&] {
+        CompanionRows r = KernelCompanion(*companion, pooled.size());
+        r.out = companion_out.data_ptr<float>();
+        return r;
+      }();
+      const CpuKernels& kernels = ActiveCpuKernels();
+      float* out = pooled_out.data_ptr<float>();
+      at::parallel_for(0, bags, 32, [&](int64_t begin, int64_t end) {
+        kernels.pooled_forward_paired(storage->data(), storage->row_width(), storage->dim(), pooled.data(),
+                                      static_cast<int>(pooled.size()), begin, end, out, &rows);
+      });
+    } else {
+      StorageForward(storage, pooled, bags, pooled_out.data_ptr<float>());
+      StorageForward(companion->storage, CompanionArgs(pooled, *companion), bags, companion_out.data_ptr<float>());
+    }
+  } else if (!pooled.empty()) {
+    StorageForward(storage, pooled, bags, pooled_out.data_ptr<float>());
+  }
   outputs.push_back(pooled_out);
   for (const LookupArgs& a : args) {
     if (a.own_bags < 0) continue;
     at::Tensor out = at::empty({a.own_bags, storage->dim()}, options);
     LookupArgs single = a;
     single.own_bags = -1;
-    forward({single}, a.own_bags, out.data_ptr<float>());
+    StorageForward(storage, {single}, a.own_bags, out.data_ptr<float>());
     outputs.push_back(out);
   }
+  if (companion) outputs.push_back(companion_out);
   return outputs;
 }
 
 torch::autograd::variable_list StorageLookupFunction::forward(
     torch::autograd::AutogradContext* ctx, at::Tensor anchor, int64_t storage_address,
     int64_t exchange_address, std::vector<at::Tensor> values, std::vector<at::Tensor> offsets,
-    std::vector<int64_t> meta, std::vector<at::Tensor> weights, int64_t bags) {
+    std::vector<int64_t> meta, std::vector<at::Tensor> weights, int64_t bags, int64_t companion_address,
+    std::vector<int64_t> companion_meta) {
   RECORD_USER_SCOPE("tzrec::embedding_lookup");  // named in is_profiling traces
   auto* storage = reinterpret_cast<EmbeddingStorage*>(storage_address);
-  torch::autograd::variable_list out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
+  ResolvedCompanion companion;
+  if (companion_address) companion = CompanionFromMeta(companion_address, companion_meta);
+  torch::autograd::variable_list out =
+      RunForward(storage, MakeArgs(values, offsets, meta, weights), bags, companion_address ? &companion : nullptr);
   ctx->saved_data["storage"] = storage_address;
   ctx->saved_data["exchange"] = exchange_address;
   ctx->saved_data["values"] = values;
@@ -259,6 +394,8 @@ torch::autograd::variable_list StorageLookupFunction::forward(
   ctx->saved_data["meta"] = meta;
   ctx->saved_data["weights"] = weights;
   ctx->saved_data["bags"] = bags;
+  ctx->saved_data["companion"] = companion_address;
+  ctx->saved_data["companion_meta"] = companion_meta;
   return out;
 }
 
@@ -270,6 +407,7 @@ torch::autograd::variable_list StorageLookupFunction::backward(
   auto meta = ctx->saved_data["meta"].toIntVector();
   auto weights = ctx->saved_data["weights"].toTensorVector();
   const int64_t bags = ctx->saved_data["bags"].toInt();
+  const int64_t companion_address = ctx->saved_data["companion"].toInt();
   std::vector<LookupArgs> args = MakeArgs(values, offsets, meta, weights);
   // An output the loss does not depend on has no gradient: its lookups update nothing.
   std::vector<at::Tensor> keep_alive;
@@ -278,6 +416,18 @@ torch::autograd::variable_list StorageLookupFunction::backward(
   if (grads[0].defined()) {
     keep_alive.push_back(grads[0].contiguous());
     pooled_grad = keep_alive.back().data_ptr<float>();
+  }
+  // The companion's lookups as they would be without the pair (before `args` lose trainable).
+  ResolvedCompanion companion;
+  std::vector<LookupArgs> companion_args;
+  const float* companion_grad = nullptr;
+  if (companion_address) {
+    companion = CompanionFromMeta(companion_address, ctx->saved_data["companion_meta"].toIntVector());
+    companion_args = CompanionArgs(args, companion);
+    if (grads.back().defined()) {
+      keep_alive.push_back(grads.back().contiguous());
+      companion_grad = keep_alive.back().data_ptr<float>();
+    }
   }
   size_t output = 1;
   for (LookupArgs& a : args) {
@@ -298,11 +448,16 @@ torch::autograd::variable_list StorageLookupFunction::backward(
       reinterpret_cast<const SparseGradientExchange*>(ctx->saved_data["exchange"].toInt());
   if (exchange && *exchange) {
     ExchangedBackwardUpdate(*exchange, storage, args, bags, pooled_grad);
+    if (companion_grad) ExchangedBackwardUpdate(*exchange, companion.storage, companion_args, bags, companion_grad);
+  } else if (companion_grad && grads[0].defined() && PairedKernelsServe(*storage, companion) &&
+             !storage->optimizer().defers_updates() && !companion.storage->optimizer().defers_updates()) {
+    FusedPairedBackwardUpdate(storage, args, bags, pooled_grad, companion, companion_grad);
   } else {
     UpdateRows(storage, args, bags, pooled_grad);
+    if (companion_grad) UpdateRows(companion.storage, companion_args, bags, companion_grad);
   }
   return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-          at::Tensor(), at::Tensor()};
+          at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
 at::Tensor Anchor() {
@@ -367,7 +522,8 @@ const PooledLookupKernels& SelectedKernels() {
 std::vector<at::Tensor> StorageLookup(EmbeddingStorage* storage,
                                       const std::vector<LookupTensors>& pooled,
                                       const std::vector<LookupTensors>& sequences, int64_t bags,
-                                      bool training, const SparseGradientExchange* exchange) {
+                                      bool training, const SparseGradientExchange* exchange,
+                                      const CompanionLookups* companion) {
   std::vector<at::Tensor> values, offsets, weights;
   std::vector<int64_t> meta;
   bool any_trainable = false;
@@ -385,14 +541,33 @@ std::vector<at::Tensor> StorageLookup(EmbeddingStorage* storage,
   };
   for (const auto& l : pooled) add(l, -1);
   for (const auto& l : sequences) add(l, l.offsets.numel() - 1);
+  ResolvedCompanion resolved;
+  if (companion) {
+    TZREC_CHECK(companion->tables.size() == pooled.size() && companion->positions.size() == pooled.size());
+    resolved.storage = companion->storage;
+    resolved.count = companion->count;
+    int64_t covered = 0;
+    for (size_t k = 0; k < pooled.size(); ++k) {
+      const EmbeddingTable* t = companion->tables[k];
+      TZREC_CHECK(!t || (t->storage() == companion->storage && t->trainable() == pooled[k].table->trainable() &&
+                         companion->positions[k] >= 0 && companion->positions[k] < companion->count));
+      resolved.first_row.push_back(t ? t->first_row() : -1);
+      resolved.position.push_back(t ? companion->positions[k] : 0);
+      resolved.table_rows.push_back(t ? t->rows() : 0);
+      covered += t ? 1 : 0;
+    }
+    TZREC_CHECK(covered == companion->count, "every companion lookup needs one lookup to ride with");
+  }
   std::vector<at::Tensor> out;
   if (!training || !any_trainable) {
-    out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags);
+    out = RunForward(storage, MakeArgs(values, offsets, meta, weights), bags, companion ? &resolved : nullptr);
   } else {
     TZREC_CHECK(storage->has_optimizer(), "training lookup of an embedding storage without optimizer");
+    TZREC_CHECK(!companion || companion->storage->has_optimizer());
     out = StorageLookupFunction::apply(Anchor(), reinterpret_cast<int64_t>(storage),
                                        reinterpret_cast<int64_t>(exchange), values, offsets, meta,
-                                       weights, bags);
+                                       weights, bags, reinterpret_cast<int64_t>(companion ? companion->storage : nullptr),
+                                       companion ? CompanionMeta(resolved) : std::vector<int64_t>{});
   }
   return out;
 }

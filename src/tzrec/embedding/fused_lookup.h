@@ -83,14 +83,30 @@ at::Tensor StoragePooledLookup(EmbeddingStorage* storage, const std::vector<Look
                                int64_t bags, bool training,
                                const SparseGradientExchange* exchange = nullptr);
 
+// A second storage read with the same ids as some pooled lookups of a call (the kernels'
+// CompanionRows): pooled lookup k also reads companion table tables[k] (null: none), pooled
+// into column block positions[k] of the companion output [bags, count * companion dim]. Each
+// companion table is read by one lookup and trains exactly when that lookup's table does
+// (EmbeddingCollection pairs a feature's WIDE table with its DEEP one so). Results are those
+// of two separate calls (the same sums in the same order; at most a last-bit difference where
+// the compiler fuses a multiply-add differently); the pair saves the second pass over the ids.
+struct CompanionLookups {
+  EmbeddingStorage* storage = nullptr;
+  std::vector<const EmbeddingTable*> tables;
+  std::vector<int32_t> positions;
+  int64_t count = 0;
+};
+
 // All lookups of one storage in one call: `pooled` ones of `bags` bags each and `sequences`
 // (each with its own step count). Returns {[bags, Lp*dim] (undefined without pooled lookups),
 // then [steps_j, dim] per sequence lookup}. One autograd node: its backward de-duplicates the
 // ids of every lookup together, so each touched row gets exactly one optimizer update per
-// step, whether pooled or sequence lookups (or both) reached it.
+// step, whether pooled or sequence lookups (or both) reached it. With `companion`, its output
+// [bags, count * dim] comes last and the same node updates its rows.
 std::vector<at::Tensor> StorageLookup(EmbeddingStorage* storage,
                                       const std::vector<LookupTensors>& pooled,
                                       const std::vector<LookupTensors>& sequences, int64_t bags,
-                                      bool training, const SparseGradientExchange* exchange = nullptr);
+                                      bool training, const SparseGradientExchange* exchange = nullptr,
+                                      const CompanionLookups* companion = nullptr);
 
 }  // namespace tzrec

@@ -67,6 +67,37 @@ struct PartitionEntry {
   float factor;
 };
 
+// One id of a paired call's partition share (backward_update_partition_paired): PartitionEntry
+// plus the id's companion row and its gradient (companion_row < 0: the lookup has none).
+struct PairedPartitionEntry {
+  int64_t row;
+  const float* grad;
+  float factor;
+  int64_t companion_row;
+  const float* companion_grad;
+};
+
+// A second fp32 storage read with a call's own ids: a feature looked up in two tables (its
+// WIDE table beside its DEEP one, same ids, same bags) is pooled and updated in the same pass
+// as its first table, so each id's two rows are fetched together instead of in two passes over
+// the batch. Lookup k of the call has a companion when first_row[k] >= 0: the rows at
+// data + (first_row[k] + id) * row_width, `dim` weights each (then their optimizer state),
+// pooled with the lookup's weights and mean into columns [position[k] * dim, +dim) of `out`
+// (forward) and updated from the same columns of `grad` (backward). A companion table is read
+// by one lookup only and trains exactly when the lookup's table does, so the companion row of
+// each slot is a function of its first table's row.
+struct CompanionRows {
+  float* data = nullptr;
+  int row_width = 0;
+  int dim = 0;
+  const int64_t* first_row = nullptr;   // per lookup of the call; -1: none
+  const int32_t* position = nullptr;    // per lookup
+  int64_t width = 0;                    // floats per bag in out / grad
+  float* out = nullptr;                 // forward: [bags, width]
+  const float* grad = nullptr;          // backward: [bags, width]
+  RowUpdateParams params;               // backward: the companion storage's optimizer step
+};
+
 struct CpuKernels {
   const char* isa;  // "baseline", "avx2" or "avx512"
 
@@ -89,6 +120,22 @@ struct CpuKernels {
                                        const float* grad, const RowUpdateParams& params,
                                        int64_t part, int64_t parts, int64_t* unique_rows,
                                        float* grad_sums, PartitionEntry* entries);
+
+  // pooled_forward that also pools `companion`'s rows of the same ids (fp32 rows; see
+  // CompanionRows); backward_update_partition that also updates them, with per-partition
+  // scratch companion_rows (one per slot) and companion_sums (`companion->dim` floats per
+  // slot), and PairedPartitionEntry entries. The same sums in the same order as two unpaired
+  // calls (results equal up to the compiler's multiply-add fusion: the last bit at most).
+  void (*pooled_forward_paired)(const float* data, int row_width, int dim, const LookupArgs* lookups,
+                                int num_lookups, int64_t begin, int64_t end, float* out,
+                                const CompanionRows* companion);
+  int64_t (*backward_update_partition_paired)(float* data, int row_width, int dim, int32_t* slots,
+                                              const LookupArgs* lookups, int num_lookups, int64_t bags,
+                                              const float* grad, const RowUpdateParams& params,
+                                              int64_t part, int64_t parts, int64_t* unique_rows,
+                                              float* grad_sums, PairedPartitionEntry* entries,
+                                              const CompanionRows* companion, int64_t* companion_rows,
+                                              float* companion_sums);
 
   // DLRM interaction of samples [begin, end): x [B, n, dim] -> out [B, n(n-1)/2] with
   // out = <x_i, x_j> for i < j (row-major upper triangle). `scratch`: InteractionScratch(n, dim).
