@@ -382,6 +382,12 @@ TEST(Distributed, TwoRanksWithZchTablesMatchOneProcess) {
 // two ranks hold the same rows as one process reading both ranks' batches.
 TEST(Distributed, TwoRanksWithDynamicembTablesMatchOneProcess) {
   auto dynamicemb = [](protos::EasyRecConfig* config) {
+    // Adagrad from a zero accumulator moves a row by lr * sign(g) on its first update whatever
+    // |g| is, and rows admitted here start fresh all the time: a gradient sum within rounding of
+    // zero (one process sums a row's gradients in the kernel with fused multiply-adds, two ranks
+    // sum them apart and merge) moved such rows by +-lr either way (seen on an AMD Zen 5). A
+    // small initial accumulator keeps every step proportional to its gradient.
+    config->mutable_train_config()->mutable_sparse_optimizer()->mutable_adagrad_optimizer()->set_initial_accumulator_value(0.1f);
     int n = 0;
     for (auto& feature : *config->mutable_feature_configs()) {
       if (!feature.has_id_feature() || n >= 2) continue;
