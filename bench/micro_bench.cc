@@ -192,7 +192,9 @@ void MlpBench(bool fast, int threads, bool bf16 = false) {
     weights.push_back(torch::randn({dims[i + 1], dims[i]}).mul_(0.05).requires_grad_(true));
     biases.push_back(torch::zeros({dims[i + 1]}).requires_grad_(true));
   }
-  at::Tensor x = torch::randn({batch, dims[0]});
+  // The input needs its gradient, as a DeepFM deep input does (the embeddings learn from it):
+  // the FLOP count below includes the first layer's dX.
+  at::Tensor x = torch::randn({batch, dims[0]}).requires_grad_(true);
   auto step = [&]() {
     at::Tensor h = x;
     for (size_t i = 0; i < weights.size(); ++i) {
@@ -202,6 +204,7 @@ void MlpBench(bool fast, int threads, bool bf16 = false) {
     h.sum().backward();
     for (auto& w : weights) w.mutable_grad().reset();
     for (auto& b : biases) b.mutable_grad().reset();
+    x.mutable_grad().reset();
   };
   for (int i = 0; i < 3; ++i) step();
   const int steps = 60;
