@@ -181,7 +181,7 @@ void WideDeepBench(int threads) {
   std::printf("wide+deep lookups threads=%d: riding %.2fx faster than separate (median of 3 rounds)\n", threads, ratios[1]);
 }
 
-void MlpBench(bool fast, int threads, bool bf16 = false) {
+void MlpBench(bool fast, int threads, bool bf16 = false, bool chain = false) {
   at::set_num_threads(threads);
   tzrec::ScopedGemmPrecision precision(bf16 ? tzrec::GemmPrecision::kBFloat16 : tzrec::GemmPrecision::kFloat32);
   torch::manual_seed(0);
@@ -197,9 +197,13 @@ void MlpBench(bool fast, int threads, bool bf16 = false) {
   at::Tensor x = torch::randn({batch, dims[0]}).requires_grad_(true);
   auto step = [&]() {
     at::Tensor h = x;
-    for (size_t i = 0; i < weights.size(); ++i) {
-      h = fast ? tzrec::FastLinear(h, weights[i], biases[i], true)
-               : torch::relu(torch::linear(h, weights[i], biases[i]));
+    if (chain) {
+      h = tzrec::FastLinearChain(x, weights, biases, std::vector<bool>(weights.size(), true));
+    } else {
+      for (size_t i = 0; i < weights.size(); ++i) {
+        h = fast ? tzrec::FastLinear(h, weights[i], biases[i], true)
+                 : torch::relu(torch::linear(h, weights[i], biases[i]));
+      }
     }
     h.sum().backward();
     for (auto& w : weights) w.mutable_grad().reset();
@@ -213,7 +217,7 @@ void MlpBench(bool fast, int threads, bool bf16 = false) {
   double ms = Seconds(start) / steps * 1e3;
   double gflop = 3.0 * 2.0 * batch * (429 * 512 + 512 * 256 + 256 * 128) / 1e9;
   std::printf("mlp 429-512-256-128 batch 4096 %s threads=%d: %.2f ms fwd+bwd, %.0f GFLOP/s\n",
-              bf16 ? "FastLinear(oneDNN BF16)" : fast ? "FastLinear(oneDNN)" : "aten linear+relu ", threads,
+              chain ? "FastLinearChain(oneDNN BF16)" : bf16 ? "FastLinear(oneDNN BF16)" : fast ? "FastLinear(oneDNN)" : "aten linear+relu ", threads,
               ms, gflop / ms * 1e3);
 }
 
@@ -406,7 +410,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only == "mlp_bf16") {  // mixed_precision BF16 (needs AVX512-BF16 to differ from fp32)
-    MlpBench(true, threads, tzrec::NativeBf16GemmAvailable());
+    // As the MLP module runs in BF16: one chain, hidden activations in bfloat16.
+    const bool native = tzrec::NativeBf16GemmAvailable();
+    MlpBench(true, threads, native, /*chain=*/native);
     return 0;
   }
   for (int64_t rows : {1000000LL, 10000000LL}) {
@@ -419,6 +425,9 @@ int main(int argc, char** argv) {
   RawGemmBench();
   MlpBench(false, threads);
   MlpBench(true, threads);
-  if (tzrec::NativeBf16GemmAvailable()) MlpBench(true, threads, true);
+  if (tzrec::NativeBf16GemmAvailable()) {
+    MlpBench(true, threads, true);
+    MlpBench(true, threads, true, /*chain=*/true);
+  }
   return 0;
 }

@@ -63,6 +63,19 @@ TEST(Bf16Kernels, RoundToNearestEvenLikeC10) {
         if (!std::isnan(expected_sum)) EXPECT_FLOAT_EQ(sums[j], expected_sum) << j;
       }
     }
+    // relu_mask_bf16_of_bf16: the same pass with y given as bfloat16 (NaN y passes, as in fp32).
+    std::vector<uint16_t> y_bf16(y.size());
+    for (size_t i = 0; i < y.size(); ++i) y_bf16[i] = ReferenceBf16Bits(i % 7 == 6 ? NAN : y[i]);
+    std::vector<float> y_of_bf16(y.size());
+    for (size_t i = 0; i < y.size(); ++i) y_of_bf16[i] = i % 7 == 6 ? NAN : y[i];
+    std::vector<float> sums(cols, 1.0f), expected_sums(cols, 1.0f);
+    std::vector<uint16_t> expected(values.size());
+    k.relu_mask_bf16(y_of_bf16.data(), values.data(), expected.data(), 3, cols, expected_sums.data());
+    k.relu_mask_bf16_of_bf16(y_bf16.data(), values.data(), out.data(), 3, cols, sums.data());
+    for (int64_t i = 0; i < 3 * cols; ++i) ASSERT_EQ(out[i], expected[i]) << i;
+    for (int64_t j = 0; j < cols; ++j) {
+      if (!std::isnan(expected_sums[j])) EXPECT_EQ(sums[j], expected_sums[j]) << j;
+    }
   });
 }
 
@@ -107,6 +120,57 @@ TEST(FastLinear, Bf16GemmsEqualFp32MathOnRoundedInputs) {
       // And it is not fp32: the rounding shows against an fp32 layer.
       at::Tensor fp32 = FastLinear(x.detach(), w.detach(), b.detach(), relu);
       if (batch > 1) EXPECT_GT((fp32 - y.detach()).abs().max().item<float>(), 1e-4f);
+    }
+  }
+}
+
+// A BF16 chain of FastLinear layers (hidden activations kept in bfloat16) gives exactly what
+// the layers give one FastLinear each in BF16: output, and the gradients of x, every weight
+// and bias, with and without ReLUs; fp32 runs the layers one by one.
+TEST(FastLinear, Bf16ChainEqualsItsLayersOneByOne) {
+  if (!NativeBf16GemmAvailable()) {
+    std::printf("[ bf16     ] no AVX512-BF16 here: BF16 GEMMs not tested\n");
+    GTEST_SKIP();
+  }
+  torch::manual_seed(4);
+  const std::vector<int64_t> dims = {37, 40, 19, 8};
+  for (bool hidden_relu : {true, false}) {
+    for (int64_t batch : {1, 300}) {
+      SCOPED_TRACE(::testing::Message() << "relu " << hidden_relu << " B " << batch);
+      at::Tensor x = torch::randn({batch, dims[0]});
+      std::vector<at::Tensor> weights, biases;
+      std::vector<bool> relu;
+      for (size_t l = 0; l + 1 < dims.size(); ++l) {
+        weights.push_back(torch::randn({dims[l + 1], dims[l]}) * 0.3);
+        biases.push_back(torch::randn({dims[l + 1]}) * 0.1);
+        relu.push_back(hidden_relu || l + 2 == dims.size());
+      }
+      at::Tensor upstream = torch::randn({batch, dims.back()});
+      // Returns the output and the gradients of x, the weights and the biases.
+      auto run = [&](bool chained) {
+        at::Tensor xi = x.clone().requires_grad_(true);
+        std::vector<at::Tensor> w, b;
+        for (size_t l = 0; l < weights.size(); ++l) {
+          w.push_back(weights[l].clone().requires_grad_(true));
+          b.push_back(biases[l].clone().requires_grad_(true));
+        }
+        ScopedGemmPrecision precision(GemmPrecision::kBFloat16);
+        at::Tensor y;
+        if (chained) {
+          y = FastLinearChain(xi, w, b, relu);
+        } else {
+          y = xi;
+          for (size_t l = 0; l < w.size(); ++l) y = FastLinear(y, w[l], b[l], relu[l]);
+        }
+        (y * upstream).sum().backward();
+        std::vector<at::Tensor> out = {y.detach(), xi.grad()};
+        for (auto& t : w) out.push_back(t.grad());
+        for (auto& t : b) out.push_back(t.grad());
+        return out;
+      };
+      const std::vector<at::Tensor> chain = run(true), layers = run(false);
+      for (size_t i = 0; i < chain.size(); ++i) EXPECT_TRUE(torch::equal(chain[i], layers[i])) << i;
+      EXPECT_EQ(chain[0].scalar_type(), at::kFloat);
     }
   }
 }

@@ -193,6 +193,10 @@ struct CpuKernels {
   // column into column_sums (its bias gradient).
   void (*relu_mask_bf16)(const float* y, const float* grad, uint16_t* out_bf16, int64_t rows,
                          int64_t cols, float* column_sums);
+  // relu_mask_bf16 with the layer's output `y_bf16` in bfloat16 (required): a hidden layer of
+  // a BF16 FastLinearChain, whose activations stay bfloat16.
+  void (*relu_mask_bf16_of_bf16)(const uint16_t* y_bf16, const float* grad, uint16_t* out_bf16,
+                                 int64_t rows, int64_t cols, float* column_sums);
 };
 
 // IEEE half-precision bits -> float, exactly (no F16C needed).

@@ -63,11 +63,14 @@ void Sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const fl
 // ReLU run inside the GEMM's tiles, saving a pass over C. Primitives are made once per shape
 // and kept (making one costs more than running a small one); oneDNN primitives may execute
 // on several threads at once.
+// `c_bf16`: C is written as bfloat16 (rounded to nearest even after bias and ReLU; `c` then
+// points to uint16 storage).
 void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const at::BFloat16* a,
-              const at::BFloat16* b, float* c, const float* bias = nullptr, bool relu = false) {
+              const at::BFloat16* b, void* c, const float* bias = nullptr, bool relu = false,
+              bool c_bf16 = false) {
   GemmTimer timer;
   using dnnl::memory;
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, bool>;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, bool, bool>;
   static std::mutex mutex;
   static std::map<Key, dnnl::matmul>* primitives = new std::map<Key, dnnl::matmul>();
   static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -75,12 +78,12 @@ void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const
                             trans_a ? memory::dims{1, m} : memory::dims{k, 1});
   const memory::desc b_desc({k, n}, memory::data_type::bf16,
                             trans_b ? memory::dims{1, k} : memory::dims{n, 1});
-  const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{n, 1});
+  const memory::desc c_desc({m, n}, c_bf16 ? memory::data_type::bf16 : memory::data_type::f32, memory::dims{n, 1});
   const memory::desc bias_desc({1, n}, memory::data_type::f32, memory::dims{n, 1});
   dnnl::matmul primitive;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    const Key key{trans_a, trans_b, m, n, k, bias != nullptr, relu};
+    const Key key{trans_a, trans_b, m, n, k, bias != nullptr, relu, c_bf16};
     auto it = primitives->find(key);
     if (it == primitives->end()) {
       // Serving batches come in many sizes: keep the cache bounded (a primitive holds JIT code).
@@ -120,39 +123,121 @@ at::Tensor ToBf16(const at::Tensor& x) {
   return out;
 }
 
+// One layer's forward: y = act(x W^T + b) [batch, out], fp32, or bfloat16 with `y_bf16` (BF16
+// only: a hidden layer of a chain). `x` is fp32, or already bfloat16 in BF16 (the previous
+// layer's output in a chain); `w` is the weight as the GEMMs take it (bfloat16 in BF16).
+at::Tensor LayerForward(const at::Tensor& x, const at::Tensor& w, const float* bias, bool relu, bool bf16,
+                        bool y_bf16 = false) {
+  const int64_t batch = x.size(0), in = x.size(1), out = w.size(0);
+  at::Tensor y = at::empty({batch, out}, x.options().dtype(y_bf16 ? at::kBFloat16 : at::kFloat));
+  if (bf16) {
+    if (batch > 0) {
+      Bf16Gemm(false, true, batch, out, in, x.data_ptr<at::BFloat16>(), w.data_ptr<at::BFloat16>(),
+               y_bf16 ? static_cast<void*>(y.data_ptr<at::BFloat16>()) : y.data_ptr<float>(), bias, relu, y_bf16);
+    }
+    return y;
+  }
+  float* yp = y.data_ptr<float>();
+  if (batch > 0) Sgemm('N', 'T', batch, out, in, x.data_ptr<float>(), in, w.data_ptr<float>(), in, yp, out);
+  if (bias || relu) {
+    const CpuKernels& kernels = ActiveCpuKernels();
+    at::parallel_for(0, batch, 256, [&](int64_t begin, int64_t end) {
+      kernels.add_bias_relu(yp + begin * out, bias, end - begin, out, relu);
+    });
+  }
+  return y;
+}
+
+struct LayerGrads {
+  at::Tensor dx, dw, db;
+};
+
+// One layer's backward from its output gradient `dz` (fp32 [batch, out]) with the tensors its
+// forward saved: x and w as its GEMMs took them, y its output (fp32, bfloat16, or undefined
+// without ReLU). One pass over dz makes the ReLU mask (into a fresh buffer: grads may be
+// shared), BF16's rounded copy for its GEMMs and the bias gradient as per-chunk column sums
+// added in chunk order (the same for any thread count); then the dx and dw GEMMs.
+LayerGrads LayerBackward(at::Tensor dz, const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, bool bf16,
+                         bool want_dx, bool want_dw, bool want_db) {
+  const int64_t batch = x.size(0), in = x.size(1), out = w.size(0);
+  const bool relu = y.defined();
+  const CpuKernels& kernels = ActiveCpuKernels();
+  LayerGrads g;
+  at::Tensor dz_bf16, masked;
+  if (bf16 || relu || want_db) {
+    constexpr int64_t kChunkRows = 256;
+    const int64_t chunks = std::max<int64_t>(1, (batch + kChunkRows - 1) / kChunkRows);
+    // relu_mask_bf16 always adds into sums.
+    at::Tensor partial = want_db || bf16 ? at::zeros({chunks, out}, dz.options()) : at::Tensor();
+    float* pp = partial.defined() ? partial.data_ptr<float>() : nullptr;
+    const float* gp = dz.data_ptr<float>();
+    const bool y_is_bf16 = relu && y.scalar_type() == at::kBFloat16;
+    const float* yp = relu && !y_is_bf16 ? y.data_ptr<float>() : nullptr;
+    const uint16_t* yb = y_is_bf16 ? reinterpret_cast<const uint16_t*>(y.data_ptr<at::BFloat16>()) : nullptr;
+    uint16_t* mb = nullptr;
+    float* mp = nullptr;
+    if (bf16) {
+      dz_bf16 = at::empty(dz.sizes(), dz.options().dtype(at::kBFloat16));
+      mb = reinterpret_cast<uint16_t*>(dz_bf16.data_ptr<at::BFloat16>());
+    } else if (relu) {
+      masked = at::empty_like(dz);
+      mp = masked.data_ptr<float>();
+    }
+    at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t row = c * kChunkRows, rows = std::min(kChunkRows, batch - row);
+        if (rows <= 0) continue;
+        const int64_t offset = row * out;
+        if (yb) {
+          kernels.relu_mask_bf16_of_bf16(yb + offset, gp + offset, mb + offset, rows, out, pp + c * out);
+        } else if (bf16) {
+          kernels.relu_mask_bf16(yp ? yp + offset : nullptr, gp + offset, mb + offset, rows, out, pp + c * out);
+        } else {
+          kernels.relu_mask(yp ? yp + offset : nullptr, gp + offset, mp ? mp + offset : nullptr, rows, out,
+                            want_db ? pp + c * out : nullptr);
+        }
+      }
+    });
+    if (want_db) g.db = partial.sum(0);
+    if (masked.defined()) dz = masked;
+  }
+  if (want_dx) {
+    g.dx = at::empty({batch, in}, dz.options());
+    if (batch == 0) {
+      g.dx.zero_();
+    } else if (bf16) {
+      Bf16Gemm(false, false, batch, in, out, dz_bf16.data_ptr<at::BFloat16>(), w.data_ptr<at::BFloat16>(),
+               g.dx.data_ptr<float>());
+    } else {
+      Sgemm('N', 'N', batch, in, out, dz.data_ptr<float>(), out, w.data_ptr<float>(), in, g.dx.data_ptr<float>(), in);
+    }
+  }
+  if (want_dw) {
+    g.dw = at::empty({out, in}, dz.options());
+    if (batch == 0) {
+      g.dw.zero_();
+    } else if (bf16) {
+      Bf16Gemm(true, false, out, in, batch, dz_bf16.data_ptr<at::BFloat16>(), x.data_ptr<at::BFloat16>(),
+               g.dw.data_ptr<float>());
+    } else {
+      Sgemm('T', 'N', out, in, batch, dz.data_ptr<float>(), out, x.data_ptr<float>(), in, g.dw.data_ptr<float>(), in);
+    }
+  }
+  return g;
+}
+
 struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor weight,
                             c10::optional<at::Tensor> maybe_bias, bool relu) {
     RECORD_USER_SCOPE("tzrec::fast_linear");  // named in is_profiling traces
     // Optional because autograd cannot take an undefined tensor as an input.
     at::Tensor bias = maybe_bias.has_value() ? *maybe_bias : at::Tensor();
-    const int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
     const bool bf16 = t_gemm_precision == GemmPrecision::kBFloat16;
-    at::Tensor y = at::empty({batch, out}, x.options());
-    float* yp = y.data_ptr<float>();
     // BF16: the rounded copies are what the backward's GEMMs need too, and half the size.
     at::Tensor x_saved = bf16 ? ToBf16(x) : x;
     at::Tensor w_saved = bf16 ? ToBf16(weight) : weight;
-    const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
-    if (bf16) {
-      if (batch > 0) {
-        Bf16Gemm(false, true, batch, out, in, x_saved.data_ptr<at::BFloat16>(),
-                 w_saved.data_ptr<at::BFloat16>(), yp, bp, relu);
-      }
-    } else {
-      if (batch > 0) {
-        Sgemm('N', 'T', batch, out, in, x.data_ptr<float>(), in, weight.data_ptr<float>(), in, yp,
-              out);
-      }
-      if (bp || relu) {
-        const CpuKernels& kernels = ActiveCpuKernels();
-        at::parallel_for(0, batch, 256, [&](int64_t begin, int64_t end) {
-          kernels.add_bias_relu(yp + begin * out, bp, end - begin, out, relu);
-        });
-      }
-    }
+    at::Tensor y = LayerForward(x_saved, w_saved, bias.defined() ? bias.data_ptr<float>() : nullptr, relu, bf16);
     ctx->save_for_backward({x_saved, w_saved, relu ? y : at::Tensor()});
-    ctx->saved_data["relu"] = relu;
     ctx->saved_data["bf16"] = bf16;
     ctx->saved_data["has_bias"] = bias.defined();
     return y;
@@ -161,77 +246,53 @@ struct FastLinearFunction : public torch::autograd::Function<FastLinearFunction>
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    at::Tensor x = saved[0], weight = saved[1], y = saved[2];
-    const bool relu = ctx->saved_data["relu"].toBool();
-    const bool bf16 = ctx->saved_data["bf16"].toBool();
-    const int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
-    at::Tensor dz = grads[0].contiguous();
-    const CpuKernels& kernels = ActiveCpuKernels();
     const bool bias_grad_needed = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
-    // One pass over the output gradient: the ReLU mask (into a fresh buffer: grads may be
-    // shared), BF16's rounded copy for its GEMMs, and the bias gradient as per-chunk column
-    // sums added in chunk order (so it is the same for any thread count).
-    at::Tensor dz_bf16, masked, bias_grad;
-    if (bf16 || relu || bias_grad_needed) {
-      constexpr int64_t kChunkRows = 256;
-      const int64_t chunks = std::max<int64_t>(1, (batch + kChunkRows - 1) / kChunkRows);
-      // relu_mask_bf16 always adds into sums.
-      at::Tensor partial = bias_grad_needed || bf16 ? at::zeros({chunks, out}, dz.options()) : at::Tensor();
-      float* pp = partial.defined() ? partial.data_ptr<float>() : nullptr;
-      const float* g = dz.data_ptr<float>();
-      const float* yp = relu ? y.data_ptr<float>() : nullptr;
-      uint16_t* mb = nullptr;
-      float* mp = nullptr;
-      if (bf16) {
-        dz_bf16 = at::empty(dz.sizes(), dz.options().dtype(at::kBFloat16));
-        mb = reinterpret_cast<uint16_t*>(dz_bf16.data_ptr<at::BFloat16>());
-      } else if (relu) {
-        masked = at::empty_like(dz);
-        mp = masked.data_ptr<float>();
-      }
-      at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t c = begin; c < end; ++c) {
-          const int64_t row = c * kChunkRows, rows = std::min(kChunkRows, batch - row);
-          if (rows <= 0) continue;
-          const int64_t offset = row * out;
-          if (bf16) {
-            kernels.relu_mask_bf16(yp ? yp + offset : nullptr, g + offset, mb + offset, rows, out, pp + c * out);
-          } else {
-            kernels.relu_mask(yp ? yp + offset : nullptr, g + offset, mp ? mp + offset : nullptr, rows, out,
-                              bias_grad_needed ? pp + c * out : nullptr);
-          }
-        }
-      });
-      if (bias_grad_needed) bias_grad = partial.sum(0);
-      if (masked.defined()) dz = masked;
+    LayerGrads g = LayerBackward(grads[0].contiguous(), saved[0], saved[1], saved[2], ctx->saved_data["bf16"].toBool(),
+                                 ctx->needs_input_grad(0), ctx->needs_input_grad(1), bias_grad_needed);
+    return {g.dx, g.dw, g.db, at::Tensor()};
+  }
+};
+
+// FastLinearChain in BF16: every layer's forward and backward as FastLinearFunction's, with the
+// hidden activations kept in bfloat16 (see fast_linear.h). Inputs: x, the weights, the biases
+// (all defined), one ReLU flag per layer.
+struct FastLinearChainFunction : public torch::autograd::Function<FastLinearChainFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+                                                at::TensorList weights, at::TensorList biases,
+                                                std::vector<int64_t> relu) {
+    RECORD_USER_SCOPE("tzrec::fast_linear_chain");  // named in is_profiling traces
+    const size_t layers = weights.size();
+    torch::autograd::variable_list saved;  // per layer: input, weight, output (or undefined)
+    at::Tensor input = ToBf16(x);
+    at::Tensor y;
+    for (size_t l = 0; l < layers; ++l) {
+      at::Tensor w = ToBf16(weights[l]);
+      const bool last = l + 1 == layers;
+      y = LayerForward(input, w, biases[l].data_ptr<float>(), relu[l] != 0, /*bf16=*/true, /*y_bf16=*/!last);
+      saved.insert(saved.end(), {input, w, relu[l] != 0 ? y : at::Tensor()});
+      input = y;
     }
-    at::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) {
-      dx = at::empty({batch, in}, dz.options());
-      if (batch == 0) {
-        dx.zero_();
-      } else if (bf16) {
-        Bf16Gemm(false, false, batch, in, out, dz_bf16.data_ptr<at::BFloat16>(),
-                 weight.data_ptr<at::BFloat16>(), dx.data_ptr<float>());
-      } else {
-        Sgemm('N', 'N', batch, in, out, dz.data_ptr<float>(), out, weight.data_ptr<float>(), in,
-              dx.data_ptr<float>(), in);
-      }
+    ctx->save_for_backward(saved);
+    return {y};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const size_t layers = saved.size() / 3;
+    // Gradients in apply's order: x, every weight, every bias, the flags.
+    torch::autograd::variable_list out(2 + 2 * layers);
+    at::Tensor dz = grads[0].contiguous();
+    for (size_t l = layers; l-- > 0;) {
+      const bool want_dx = l > 0 || ctx->needs_input_grad(0);
+      LayerGrads g = LayerBackward(dz, saved[3 * l], saved[3 * l + 1], saved[3 * l + 2], /*bf16=*/true, want_dx,
+                                   ctx->needs_input_grad(1 + l), ctx->needs_input_grad(1 + layers + l));
+      out[1 + l] = g.dw;
+      out[1 + layers + l] = g.db;
+      if (l == 0) out[0] = g.dx;
+      dz = g.dx;
     }
-    if (ctx->needs_input_grad(1)) {
-      dw = at::empty({out, in}, dz.options());
-      if (batch == 0) {
-        dw.zero_();
-      } else if (bf16) {
-        Bf16Gemm(true, false, out, in, batch, dz_bf16.data_ptr<at::BFloat16>(),
-                 x.data_ptr<at::BFloat16>(), dw.data_ptr<float>());
-      } else {
-        Sgemm('T', 'N', out, in, batch, dz.data_ptr<float>(), out, x.data_ptr<float>(), in,
-              dw.data_ptr<float>(), in);
-      }
-    }
-    if (bias_grad_needed) db = bias_grad;
-    return {dx, dw, db, at::Tensor()};
+    return out;
   }
 };
 
@@ -346,6 +407,24 @@ static bool SharedColumnsLinear(const at::Tensor& x, const at::Tensor& weight, c
   }
   ActiveCpuKernels().add_bias_relu(yp, op, batch, out, relu);
   return true;
+}
+
+at::Tensor FastLinearChain(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                           const std::vector<at::Tensor>& biases, const std::vector<bool>& relu) {
+  TZREC_CHECK(weights.size() == biases.size() && weights.size() == relu.size() && !weights.empty());
+  bool chained = FastLinearEnabled() && t_gemm_precision == GemmPrecision::kBFloat16 && weights.size() > 1 &&
+                 x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu() && x.is_contiguous();
+  for (size_t l = 0; chained && l < weights.size(); ++l) {
+    chained = weights[l].scalar_type() == at::kFloat && weights[l].is_contiguous() && biases[l].defined() &&
+              biases[l].scalar_type() == at::kFloat && biases[l].is_contiguous();
+  }
+  if (!chained) {
+    at::Tensor net = x;
+    for (size_t l = 0; l < weights.size(); ++l) net = FastLinear(net.contiguous(), weights[l], biases[l], relu[l]);
+    return net;
+  }
+  std::vector<int64_t> flags(relu.begin(), relu.end());
+  return FastLinearChainFunction::apply(x, at::TensorList(weights), at::TensorList(biases), flags)[0];
 }
 
 at::Tensor FastLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

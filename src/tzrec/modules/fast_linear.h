@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <vector>
 
 namespace tzrec {
 
@@ -50,6 +51,17 @@ GemmPrecision GemmPrecisionFor(const std::string& mixed_precision, const std::st
 // x [B, in], weight [out, in], bias [out] or undefined. Returns [B, out].
 at::Tensor FastLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                       bool relu);
+
+// Layers x -> FastLinear(weights[0], biases[0], relu[0]) -> ... -> the last one's output [B,
+// out], fp32. In BF16 the chain is one autograd function whose hidden activations stay
+// bfloat16: each hidden layer's GEMM writes its output rounded to bfloat16 (after its bias and
+// ReLU), which is what the next layer's GEMM takes and what the backward's ReLU mask reads,
+// instead of writing fp32 that the next layer rounds again - the same values, a pass and half
+// the activation memory less per hidden layer. (The one difference: a positive output below
+// bfloat16's smallest subnormal, ~1e-40, masks its gradient.) Anything else runs the layers
+// one FastLinear each. Every bias must be defined for the chain.
+at::Tensor FastLinearChain(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                           const std::vector<at::Tensor>& biases, const std::vector<bool>& relu);
 
 // Wall milliseconds spent in FastLinear's GEMM calls (BF16's include their fused bias and
 // ReLU) since the process started, summed over calling threads; the trainer reports its

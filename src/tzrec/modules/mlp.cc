@@ -166,6 +166,10 @@ at::Tensor PerceptronImpl::forward(const at::Tensor& input) {
   return dropout_ ? dropout_->forward(y) : y;
 }
 
+bool PerceptronImpl::Chainable() const {
+  return fused_ && linear_->bias.defined() && (!dropout_ || !dropout_->is_training());
+}
+
 at::Tensor PerceptronImpl::AfterLinear(const at::Tensor& y) {
   if (fused_) {
     at::Tensor out = fused_relu_ ? at::relu(y) : y;
@@ -219,6 +223,19 @@ at::Tensor MLPImpl::ForwardFromFirstLinear(const at::Tensor& linear_output) {
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& input) {
+  // BF16: consecutive fused layers as one chain, hidden activations in bfloat16.
+  if (CurrentGemmPrecision() == GemmPrecision::kBFloat16 && mlp_->size() > 1) {
+    std::vector<at::Tensor> weights, biases;
+    std::vector<bool> relu;
+    for (const auto& layer : *mlp_) {
+      const auto* perceptron = layer->as<PerceptronImpl>();
+      if (!perceptron->Chainable()) break;
+      weights.push_back(perceptron->linear()->weight);
+      biases.push_back(perceptron->linear()->bias);
+      relu.push_back(perceptron->has_relu());
+    }
+    if (weights.size() == mlp_->size()) return FastLinearChain(input.contiguous(), weights, biases, relu);
+  }
   at::Tensor net = input;
   for (const auto& layer : *mlp_) net = layer->as<PerceptronImpl>()->forward(net);
   return net;

@@ -64,6 +64,10 @@ class PerceptronImpl : public torch::nn::Module {
                  const std::string& where);
   at::Tensor forward(const at::Tensor& input);
   const torch::nn::Linear& linear() const { return linear_; }
+  // Whether the layer is Linear [+ ReLU] with a bias and no dropout acting now (a link of a
+  // FastLinearChain), and whether it has the ReLU.
+  bool Chainable() const;
+  bool has_relu() const { return fused_relu_; }
   // Everything after the Linear (norm, activation, dropout), given the Linear's output.
   at::Tensor AfterLinear(const at::Tensor& linear_output);
   // Inference forward as TorchScript (dropout is the identity); returns the output local.
