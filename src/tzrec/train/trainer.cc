@@ -706,7 +706,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
       ++i_step;
       // is_profiling: as TorchEasyRec's schedule (wait 1, warmup 1, active 10), the 3rd to 12th
       // steps of this run go into a Chrome trace in model_dir/train_eval_trace, one per rank.
-      if (train.is_profiling() && profiled_steps == (getenv("TZREC_PROF_AT") ? atoi(getenv("TZREC_PROF_AT")) : 2)) {
+      if (train.is_profiling() && profiled_steps == 2) {
         const std::string trace_dir = JoinPath(model_dir, "train_eval_trace");
         MakeDirs(trace_dir);
         const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -715,7 +715,7 @@ void TrainAndEvaluate(const TrainEvalOptions& options) {
         profiler = std::make_unique<torch::autograd::profiler::RecordProfile>(trace_path);
       }
       Trainer::StepResult step = trainer.TrainStep(batch, i_step, epoch);
-      if (train.is_profiling() && ++profiled_steps == (getenv("TZREC_PROF_AT") ? atoi(getenv("TZREC_PROF_AT")) : 2) + 10 && profiler) {
+      if (train.is_profiling() && ++profiled_steps == 12 && profiler) {
         profiler.reset();  // writes the trace
         LOG_INFO << "profile of 10 training steps written to " << trace_path;
       }
