@@ -119,6 +119,106 @@ TEST(DenseOptimizer, AdadeltaAndRmspropFollowTorchOptimAndResume) {
   });
 }
 
+// Adam and AdamW from config update each parameter in one pass (optim/fused_adam.h): the same
+// steps as torch::optim's (with L2 or decoupled weight decay, amsgrad) up to float rounding,
+// with LibTorch's state, so an archive saved by one loads into the other; parameters it cannot
+// fuse (here a double one) take LibTorch's step, exactly.
+TEST(DenseOptimizer, AdamAndAdamWInOnePassFollowTorchOptim) {
+  torch::manual_seed(6);
+  testing::ForEachCpuIsa([] {
+  for (bool decoupled : {false, true}) {
+    for (float weight_decay : {0.0f, 0.05f}) {
+      for (bool amsgrad : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "adamw " << decoupled << " wd " << weight_decay << " amsgrad " << amsgrad);
+        protos::DenseOptimizer config;
+        if (decoupled) {
+          auto* c = config.mutable_adamw_optimizer();
+          c->set_lr(0.01f);
+          c->set_weight_decay(weight_decay);
+          c->set_amsgrad(amsgrad);
+        } else {
+          auto* c = config.mutable_adam_optimizer();
+          c->set_lr(0.01f);
+          c->set_weight_decay(weight_decay);
+          c->set_amsgrad(amsgrad);
+        }
+        // LibTorch's optimizers with the config's values as our factory passes them.
+        auto adam_options = [&] {
+          const auto& c = config.adam_optimizer();
+          return torch::optim::AdamOptions(c.lr()).betas({c.beta1(), c.beta2()}).eps(c.eps())
+              .weight_decay(c.weight_decay()).amsgrad(c.amsgrad());
+        };
+        auto adamw_options = [&] {
+          const auto& c = config.adamw_optimizer();
+          return torch::optim::AdamWOptions(c.lr()).betas({c.beta1(), c.beta2()}).eps(c.eps())
+              .weight_decay(c.weight_decay()).amsgrad(c.amsgrad());
+        };
+        const std::vector<at::Tensor> init = {torch::randn({300, 7}), torch::randn({13})};
+        std::vector<at::Tensor> ours, theirs;
+        for (const auto& t : init) {
+          ours.push_back(t.clone().requires_grad_(true));
+          theirs.push_back(t.clone().requires_grad_(true));
+        }
+        auto fused = CreateDenseOptimizer(config, ours);
+        std::unique_ptr<torch::optim::Optimizer> reference;
+        if (decoupled) {
+          reference = std::make_unique<torch::optim::AdamW>(theirs, adamw_options());
+        } else {
+          reference = std::make_unique<torch::optim::Adam>(theirs, adam_options());
+        }
+        auto step_both = [&](torch::optim::Optimizer& a, std::vector<at::Tensor>& pa, torch::optim::Optimizer& b,
+                             std::vector<at::Tensor>& pb) {
+          for (size_t i = 0; i < pa.size(); ++i) {
+            at::Tensor g = torch::randn(pa[i].sizes()) * static_cast<double>(i + 1);
+            pa[i].mutable_grad() = g.clone();
+            pb[i].mutable_grad() = g.clone();
+          }
+          a.step();
+          b.step();
+          for (size_t i = 0; i < pa.size(); ++i) {
+            EXPECT_TRUE(torch::allclose(pa[i], pb[i], 1e-5, 1e-6)) << i << " " << (pa[i] - pb[i]).abs().max();
+          }
+        };
+        for (int step = 0; step < 4; ++step) step_both(*fused, ours, *reference, theirs);
+        // The fused optimizer's archive loads into LibTorch's, which steps on alike.
+        torch::serialize::OutputArchive out;
+        fused->save(out);
+        std::ostringstream bytes;
+        out.save_to(bytes);
+        std::vector<at::Tensor> copies;
+        for (const auto& t : ours) copies.push_back(t.detach().clone().requires_grad_(true));
+        std::unique_ptr<torch::optim::Optimizer> loaded;
+        if (decoupled) {
+          loaded = std::make_unique<torch::optim::AdamW>(copies, adamw_options());
+        } else {
+          loaded = std::make_unique<torch::optim::Adam>(copies, adam_options());
+        }
+        std::istringstream in_bytes(bytes.str());
+        torch::serialize::InputArchive in;
+        in.load_from(in_bytes);
+        loaded->load(in);
+        step_both(*fused, ours, *loaded, copies);
+      }
+    }
+  }
+  });
+  // A double parameter is not fused: LibTorch's step, bit for bit.
+  protos::DenseOptimizer config;
+  config.mutable_adam_optimizer()->set_lr(0.01f);
+  at::Tensor a = torch::randn({5}, torch::kDouble).requires_grad_(true), b = a.detach().clone().requires_grad_(true);
+  auto fused = CreateDenseOptimizer(config, {a});
+  const auto& c = config.adam_optimizer();
+  torch::optim::Adam reference({b}, torch::optim::AdamOptions(c.lr()).betas({c.beta1(), c.beta2()}).eps(c.eps()));
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor g = torch::randn({5}, torch::kDouble);
+    a.mutable_grad() = g.clone();
+    b.mutable_grad() = g.clone();
+    fused->step();
+    reference.step();
+  }
+  EXPECT_TRUE(torch::equal(a, b));
+}
+
 TEST(LearningRate, ConstantByDefaultAndUnknownSchedulesAreErrors) {
   protos::DenseOptimizer config;
   config.mutable_adam_optimizer();

@@ -98,6 +98,15 @@ struct CompanionRows {
   RowUpdateParams params;               // backward: the companion storage's optimizer step
 };
 
+// One dense Adam / AdamW step's constants (optim/fused_adam.h; torch.optim's formulas).
+struct AdamStepParams {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+  float l2;        // Adam: weight decay added to the gradient (0: none)
+  float keep;      // AdamW: the weights scaled by 1 - lr * weight_decay first (1: none)
+  float sqrt_bc2;  // sqrt(1 - beta2^t)
+  float neg_step;  // -lr / (1 - beta1^t)
+};
+
 struct CpuKernels {
   const char* isa;  // "baseline", "avx2" or "avx512"
 
@@ -185,6 +194,11 @@ struct CpuKernels {
                                             const RowUpdateParams& params, int64_t part,
                                             int64_t parts, int64_t* unique_rows,
                                             float* grad_sums, PartitionEntry* entries);
+
+  // Dense Adam over n elements in one pass: w (weights), g (gradient), m and v (moments),
+  // vmax (amsgrad's running maximum of v, or null) updated in place.
+  void (*adam_update)(const AdamStepParams& p, float* w, const float* g, float* m, float* v, float* vmax,
+                      int64_t n);
 
   // out = bfloat16(in), rounded to nearest even (NaN stays NaN): BF16 GEMM inputs.
   void (*float_to_bf16)(const float* in, uint16_t* out, int64_t n);

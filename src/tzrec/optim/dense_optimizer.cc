@@ -12,6 +12,7 @@
 #include "tzrec/config/supported_fields.h"
 #include "tzrec/config/oneof.h"
 #include "tzrec/optim/adadelta.h"
+#include "tzrec/optim/fused_adam.h"
 
 namespace tzrec {
 namespace {
@@ -40,7 +41,7 @@ OptimizerPtr MakeAdagrad(const Message& msg, std::vector<at::Tensor> parameters)
 
 OptimizerPtr MakeAdam(const Message& msg, std::vector<at::Tensor> parameters) {
   const auto& c = static_cast<const protos::AdamOptimizer&>(msg);
-  return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(c.lr())
+  return std::make_unique<FusedAdam>(parameters, torch::optim::AdamOptions(c.lr())
                                                               .betas({c.beta1(), c.beta2()})
                                                               .eps(c.eps())
                                                               .weight_decay(c.weight_decay())
@@ -49,7 +50,7 @@ OptimizerPtr MakeAdam(const Message& msg, std::vector<at::Tensor> parameters) {
 
 OptimizerPtr MakeAdamW(const Message& msg, std::vector<at::Tensor> parameters) {
   const auto& c = static_cast<const protos::AdamWOptimizer&>(msg);
-  return std::make_unique<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(c.lr())
+  return std::make_unique<FusedAdamW>(parameters, torch::optim::AdamWOptions(c.lr())
                                                                .betas({c.beta1(), c.beta2()})
                                                                .eps(c.eps())
                                                                .weight_decay(c.weight_decay())
